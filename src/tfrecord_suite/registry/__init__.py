@@ -1,0 +1,1 @@
+"""registry logic (kfp-free)."""

@@ -1,0 +1,1 @@
+"""shard logic (kfp-free)."""

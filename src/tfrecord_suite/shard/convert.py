@@ -1,0 +1,380 @@
+"""Transform: raw rows to serialized ``tf.train.Example`` records, split keys and statistics.
+
+Pure Python plus TensorFlow's proto classes; no Beam, so it is unit-tested directly and reused by
+the benchmark's plain-writer baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfrecord_suite.schema import DEFAULT_NA_VALUES, Feature, Schema, parse_scalar
+from tfrecord_suite.shard.sources import RawRow
+
+
+class RowError(ValueError):
+    """A row cannot become a record; ``field`` names the culprit when there is one."""
+
+    def __init__(self, reason: str, field: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSpec:
+    """Named splits with integer weights, e.g. ``train=80,validation=10,test=10``."""
+
+    names: tuple[str, ...]
+    weights: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> SplitSpec:
+        """Parse ``name=weight,...``.
+
+        Raises:
+            ValueError: On a malformed entry, a duplicate name or weights that are not positive.
+        """
+        names, weights = [], []
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, weight = part.partition("=")
+            name = name.strip()
+            if not sep or not name.isidentifier():
+                raise ValueError(f"split {part!r}: write name=weight, e.g. train=80")
+            try:
+                w = int(weight)
+            except ValueError:
+                raise ValueError(f"split {part!r}: weight must be an integer") from None
+            if w <= 0:
+                raise ValueError(f"split {part!r}: weight must be positive")
+            if name in names:
+                raise ValueError(f"split {name!r} given twice")
+            names.append(name)
+            weights.append(w)
+        if not names:
+            raise ValueError("at least one split is needed, e.g. train=80,validation=10,test=10")
+        return cls(tuple(names), tuple(weights))
+
+    def __str__(self) -> str:
+        return ",".join(f"{n}={w}" for n, w in zip(self.names, self.weights, strict=True))
+
+    def assign(self, digest: bytes) -> str:
+        """The split for a 16-byte key digest (the first 8 bytes pick the split)."""
+        point = int.from_bytes(digest[:8], "big") / 2**64 * sum(self.weights)
+        acc = 0
+        for name, weight in zip(self.names, self.weights, strict=True):
+            acc += weight
+            if point < acc:
+                return name
+        return self.names[-1]
+
+
+def key_digest(key: bytes) -> bytes:
+    """The 16-byte digest that places a record: bytes 0-7 choose the split, 8-15 the shard."""
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+def shard_index(digest: bytes, num_shards: int) -> int:
+    """The shard of a record within its split."""
+    return int.from_bytes(digest[8:16], "big") % num_shards
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How images are stored.
+
+    Attributes:
+        encoding: ``encoded`` keeps the PNG/JPEG bytes (small shards, decode while training);
+            ``raw`` stores decoded uint8 pixels (larger shards, no decode cost while training).
+        size: ``(height, width)`` to resize to; required for ``raw`` when sizes vary.
+        channels: Force 1 (grayscale) or 3 (RGB) channels; None keeps the file's.
+    """
+
+    encoding: str = "encoded"
+    size: tuple[int, int] | None = None
+    channels: int | None = None
+
+
+@dataclasses.dataclass
+class Converted:
+    """One converted record."""
+
+    split: str
+    digest: bytes
+    data: bytes
+    label: str | None
+    values: dict[str, Any]
+
+
+class RowConverter:
+    """Turns :class:`RawRow` objects into serialized examples according to a schema."""
+
+    def __init__(
+        self,
+        schema: Schema,
+        splits: SplitSpec,
+        key_column: str | None = None,
+        image: ImageOptions | None = None,
+        na_values: Sequence[str] = DEFAULT_NA_VALUES,
+    ):
+        import tensorflow as tf  # the proto classes; imported once per worker
+
+        self._tf = tf
+        self.schema = schema
+        self.splits = splits
+        self.key_column = key_column
+        self.image = image or ImageOptions()
+        self.na_values = tuple(na_values)
+        self._label_classes = {c: i for i, c in enumerate(schema.label_classes or [])}
+        self._by_source = [(f, f.source or f.name) for f in schema.features]
+        self._label_is_float = bool(
+            schema.label and schema.feature(schema.label).dtype == "float32"
+        )
+        if key_column is not None and key_column not in {s for _, s in self._by_source}:
+            raise ValueError(f"key column {key_column!r} is not a column of the input")
+
+    # ------------------------------------------------------------------------------------ rows
+
+    def convert(self, row: RawRow) -> Converted:
+        """Convert one row.
+
+        Raises:
+            RowError: The row is malformed or a value does not fit its feature's type.
+        """
+        if row.error:
+            raise RowError(row.error)
+        if self.schema.source_format == "images":
+            return self._convert_image(row)
+        typed: dict[str, Any] = {}
+        for feature, source in self._by_source:
+            if feature.kind == "meta" and source not in row.values:
+                continue
+            value = parse_scalar(row.values.get(source), self.na_values)
+            typed[feature.name] = None if value is None else _coerce(feature, value)
+        if self.schema.label is not None and typed.get(self.schema.label) is None:
+            raise RowError("label is missing", field=self.schema.label)
+        if self.key_column is not None:
+            key = f"{self.key_column}={row.values.get(self.key_column)}".encode()
+        else:
+            key = json.dumps(
+                [typed[f.name] for f, _ in self._by_source if f.name in typed], default=str
+            ).encode()
+        return self._finish(typed, key)
+
+    def _finish(self, typed: dict[str, Any], key: bytes) -> Converted:
+        digest = key_digest(key)
+        data = self._serialize(typed)
+        label = typed.get(self.schema.label) if self.schema.label else None
+        if label is not None and self.schema.source_format == "images":
+            label = (self.schema.label_classes or [])[label]
+        return Converted(
+            split=self.splits.assign(digest),
+            digest=digest,
+            data=data,
+            label=None if label is None or self._label_is_float else str(label),
+            values=typed,
+        )
+
+    def _serialize(self, typed: Mapping[str, Any]) -> bytes:
+        train = self._tf.train
+        feature_map = {}
+        for name, value in typed.items():
+            if value is None:
+                continue  # missing: the parse spec's default fills it in
+            if isinstance(value, bytes):
+                feature_map[name] = train.Feature(bytes_list=train.BytesList(value=[value]))
+            elif isinstance(value, str):
+                feature_map[name] = train.Feature(bytes_list=train.BytesList(value=[value.encode()]))
+            elif isinstance(value, float):
+                feature_map[name] = train.Feature(float_list=train.FloatList(value=[value]))
+            else:
+                feature_map[name] = train.Feature(int64_list=train.Int64List(value=[int(value)]))
+        example = train.Example(features=train.Features(feature=feature_map))
+        # deterministic=True sorts the feature map so identical input gives identical bytes
+        return example.SerializeToString(deterministic=True)
+
+    # ---------------------------------------------------------------------------------- images
+
+    def _convert_image(self, row: RawRow) -> Converted:
+        from PIL import Image, UnidentifiedImageError
+
+        data = row.values["image"]
+        try:
+            img = Image.open(io.BytesIO(data))
+            img.load()
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise RowError(f"not a decodable image: {exc}", field="image") from None
+        label_name = row.values["label"]
+        if label_name not in self._label_classes:
+            raise RowError(f"class folder {label_name!r} is not a known class", field="label")
+        channels = self.image.channels or (1 if img.mode in ("L", "1", "I", "F", "I;16") else 3)
+        img = img.convert("L" if channels == 1 else "RGB")
+        if self.image.size is not None:
+            height, width = self.image.size
+            if img.size != (width, height):
+                img = img.resize((width, height), Image.Resampling.BILINEAR)
+        width, height = img.size
+        if self.image.encoding == "raw":
+            expected = self.schema.feature("image").shape
+            if expected and list(expected) != [height, width, channels]:
+                raise RowError(
+                    f"image is {height}x{width}x{channels}, the dataset's raw shape is "
+                    f"{expected}; pass --image-size to resize",
+                    field="image",
+                )
+            payload = img.tobytes()
+        elif self.image.size is not None or self.image.channels is not None:
+            buf = io.BytesIO()
+            img.save(buf, format="PNG")
+            payload = buf.getvalue()
+        else:
+            payload = data
+        typed = {
+            "image": payload,
+            "image_height": height,
+            "image_width": width,
+            "image_channels": channels,
+            "label": self._label_classes[label_name],
+            "filename": row.file.rsplit("/", 1)[-1],
+        }
+        return self._finish(typed, data)
+
+
+def _coerce(feature: Feature, value: Any) -> Any:
+    if feature.dtype == "int64":
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(str(value))
+        except ValueError:
+            raise RowError(f"{value!r} is not an integer", field=feature.name) from None
+    if feature.dtype == "float32":
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise RowError(f"{value!r} is not a number", field=feature.name) from None
+        if not math.isfinite(f):
+            raise RowError(f"{value!r} is not a finite number", field=feature.name)
+        return f
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, dict | list):
+        raise RowError("nested values are not supported; flatten the field", field=feature.name)
+    return str(value)
+
+
+def image_schema(
+    classes: Sequence[str], image: ImageOptions, raw_shape: Sequence[int] | None = None
+) -> Schema:
+    """The fixed schema of an image-folder dataset."""
+    from tfrecord_suite.schema import Feature
+
+    kind = "image_raw" if image.encoding == "raw" else "image"
+    return Schema(
+        features=[
+            Feature("image", "string", list(raw_shape or []) if kind == "image_raw" else [], kind, ""),
+            Feature("image_height", "int64", [], "meta", 0),
+            Feature("image_width", "int64", [], "meta", 0),
+            Feature("image_channels", "int64", [], "meta", 0),
+            Feature("label", "int64", [], "categorical", 0),
+            Feature("filename", "string", [], "meta", ""),
+        ],
+        label="label",
+        label_classes=list(classes),
+        label_encoding="index",
+        source_format="images",
+    )
+
+
+# ------------------------------------------------------------------------------------ statistics
+
+
+def new_split_stats() -> dict[str, Any]:
+    """An empty statistics accumulator for one split."""
+    return {"count": 0, "bytes": 0, "label_histogram": {}, "features": {}}
+
+
+def update_stats(stats: dict[str, Any], schema: Schema, rec: Converted) -> None:
+    """Fold one record into a split's statistics."""
+    stats["count"] += 1
+    stats["bytes"] += len(rec.data)
+    if rec.label is not None:
+        hist = stats["label_histogram"]
+        hist[rec.label] = hist.get(rec.label, 0) + 1
+    feats = stats["features"]
+    for f in schema.features:
+        if f.kind in ("image", "image_raw") or f.name == "filename":
+            continue
+        s = feats.get(f.name)
+        if s is None:
+            s = feats[f.name] = {"present": 0, "missing": 0}
+        v = rec.values.get(f.name)
+        if v is None:
+            s["missing"] += 1
+            continue
+        s["present"] += 1
+        if f.dtype in ("int64", "float32"):
+            x = float(v)
+            if "min" not in s:
+                s.update(min=x, max=x, sum=0.0, sum_sq=0.0)
+            s["min"] = min(s["min"], x)
+            s["max"] = max(s["max"], x)
+            s["sum"] += x
+            s["sum_sq"] += x * x
+
+
+def merge_stats(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Merge two split statistics accumulators (commutative and associative)."""
+    out = {
+        "count": a["count"] + b["count"],
+        "bytes": a["bytes"] + b["bytes"],
+        "label_histogram": dict(a["label_histogram"]),
+        "features": {k: dict(v) for k, v in a["features"].items()},
+    }
+    for k, n in b["label_histogram"].items():
+        out["label_histogram"][k] = out["label_histogram"].get(k, 0) + n
+    for name, s in b["features"].items():
+        t = out["features"].get(name)
+        if t is None:
+            out["features"][name] = dict(s)
+            continue
+        t["present"] += s["present"]
+        t["missing"] += s["missing"]
+        if "min" in s:
+            if "min" not in t:
+                t.update(min=s["min"], max=s["max"], sum=0.0, sum_sq=0.0)
+            t["min"] = min(t["min"], s["min"])
+            t["max"] = max(t["max"], s["max"])
+            t["sum"] += s["sum"]
+            t["sum_sq"] += s["sum_sq"]
+    return out
+
+
+def finalize_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """Add means and standard deviations; sort the label histogram."""
+    out = {
+        "count": stats["count"],
+        "bytes": stats["bytes"],
+        "label_histogram": dict(sorted(stats["label_histogram"].items())),
+        "features": {},
+    }
+    for name, s in sorted(stats["features"].items()):
+        s = dict(s)
+        if s.get("present") and "sum" in s:
+            mean = s["sum"] / s["present"]
+            s["mean"] = mean
+            s["std"] = math.sqrt(max(0.0, s["sum_sq"] / s["present"] - mean * mean))
+        s.pop("sum", None)
+        s.pop("sum_sq", None)
+        out["features"][name] = s
+    return out

@@ -1,0 +1,365 @@
+"""Extract: find the input files, detect their format and read them as rows.
+
+Every reader yields :class:`RawRow` objects that remember the file and row number they came from, so
+any error downstream can name exactly what was wrong. Files are opened through Beam's
+``FileSystems`` when Beam is importable (so ``gs://`` works on every runner) and with ``open``
+otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import fnmatch
+import glob
+import io
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+from tfrecord_suite import storage
+
+FORMATS = ("csv", "tsv", "jsonl", "parquet", "images", "text")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
+_EXTENSION_FORMATS = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "text",
+    ".text": "text",
+}
+_GLOB_CHARS = set("*?[")
+
+
+class InputError(ValueError):
+    """The input cannot be read as asked; the message says what is wrong and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RawRow:
+    """One raw example before conversion.
+
+    Attributes:
+        file: URI of the file it came from.
+        row: 1-based row (line) number in the file; 0 for whole-file examples such as images.
+        values: Column name to raw value (strings for CSV, JSON values for JSON lines...).
+        error: Set when the row could not even be split into values (ragged CSV row, bad JSON).
+    """
+
+    file: str
+    row: int
+    values: dict[str, Any]
+    error: str | None = None
+
+
+def _open(uri: str) -> IO[bytes]:
+    if storage.is_gcs(uri):
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems.open(uri, compression_type="uncompressed")
+    return open(uri, "rb")
+
+
+def resolve_inputs(input_uri: str) -> list[storage.FileInfo]:
+    """The files an input names: one file, every file under a folder or prefix, or a glob.
+
+    Hidden files (``.*``) and ``_SUCCESS``-style markers are skipped.
+
+    Raises:
+        InputError: Nothing exists there, or it matches no file.
+    """
+    uri = storage.normalize(input_uri)
+    is_glob = any(c in _GLOB_CHARS for c in uri)
+    if is_glob:
+        if storage.is_gcs(uri):
+            base = uri[: min(uri.index(c) for c in _GLOB_CHARS if c in uri)]
+            base = base.rsplit("/", 1)[0]
+            files = [f for f in storage.list_files(base) if fnmatch.fnmatchcase(f.uri, uri)]
+        else:
+            files = [
+                storage.stat(p) for p in sorted(glob.glob(uri, recursive=True)) if os.path.isfile(p)
+            ]
+    elif storage.is_gcs(uri):
+        try:
+            files = [storage.stat(uri)]
+        except FileNotFoundError:
+            files = storage.list_files(uri)
+    elif os.path.isfile(uri):
+        files = [storage.stat(uri)]
+    elif os.path.isdir(uri):
+        files = storage.list_files(uri)
+    else:
+        raise InputError(f"input {input_uri!r} does not exist; pass a file, a folder or a glob")
+    files = [f for f in files if not _is_hidden(f.uri, uri)]
+    if not files:
+        raise InputError(
+            f"input {input_uri!r} matches no files; check the path or glob (hidden files are "
+            "skipped)"
+        )
+    return files
+
+
+def _is_hidden(path: str, base: str) -> bool:
+    rel = path[len(base) :] if path.startswith(base) else storage.basename(path)
+    parts = [p for p in rel.replace("\\", "/").split("/") if p]
+    return any(p.startswith(".") or p.startswith("_") for p in parts)
+
+
+def detect_format(input_uri: str, files: Sequence[storage.FileInfo]) -> str:
+    """Guess the format from the files' extensions and layout.
+
+    A folder whose files are all images is ``images`` (labels from sub-folder names); otherwise the
+    extension that most files share decides.
+
+    Raises:
+        InputError: The extensions are unknown or mixed.
+    """
+    exts = [os.path.splitext(f.uri)[1].lower() for f in files]
+    if exts and all(e in IMAGE_EXTENSIONS for e in exts):
+        return "images"
+    formats = {_EXTENSION_FORMATS.get(e) for e in exts}
+    if len(formats) == 1 and None not in formats:
+        return formats.pop()
+    known = sorted(f for f in formats if f)
+    unknown = sorted({e or "(none)" for e in exts if e not in _EXTENSION_FORMATS})
+    raise InputError(
+        f"cannot detect the format of {input_uri!r} (formats {known}, unknown extensions "
+        f"{unknown}); pass --format one of {', '.join(FORMATS)}"
+    )
+
+
+def image_classes(input_uri: str, files: Sequence[storage.FileInfo]) -> list[str]:
+    """Class names of an image folder: the names of the folders directly holding the images.
+
+    Raises:
+        InputError: Images lie directly in the root, so there is no class folder.
+    """
+    root = storage.normalize(input_uri)
+    classes = set()
+    for f in files:
+        label = image_label(f.uri)
+        if storage.normalize(storage.parent(f.uri)) == root:
+            raise InputError(
+                f"image {f.uri} is not inside a class folder; lay images out as "
+                f"{input_uri}/<class>/<image>"
+            )
+        classes.add(label)
+    return sorted(classes)
+
+
+def image_label(uri: str) -> str:
+    """The class of an image: the name of its folder."""
+    return storage.basename(storage.parent(uri))
+
+
+# ------------------------------------------------------------------------------------------ rows
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How raw files are parsed.
+
+    Attributes:
+        format: One of :data:`FORMATS`.
+        encoding: Text encoding of CSV/TSV/JSON lines/text files.
+        text_mode: ``line`` (one example per line) or ``file`` (one example per file, labelled by
+            its folder) for the ``text`` format.
+        delimiter: Overrides the CSV delimiter.
+        max_line_bytes: A longer line is a bad row instead of an out-of-memory error.
+    """
+
+    format: str
+    encoding: str = "utf-8"
+    text_mode: str = "line"
+    delimiter: str | None = None
+    max_line_bytes: int = 64 * 1024 * 1024
+
+
+def read_rows(uri: str, options: ReadOptions, limit: int | None = None) -> Iterator[RawRow]:
+    """Yield the rows of one file.
+
+    Args:
+        uri: The file.
+        options: Parsing options.
+        limit: Stop after this many rows (schema inference samples the first rows).
+    """
+    fmt = options.format
+    if fmt in ("csv", "tsv"):
+        rows = _read_csv(uri, options)
+    elif fmt == "jsonl":
+        rows = _read_jsonl(uri, options)
+    elif fmt == "parquet":
+        rows = _read_parquet(uri)
+    elif fmt == "images":
+        rows = _read_whole_file(uri, "image")
+    elif fmt == "text":
+        rows = _read_text(uri, options)
+    else:
+        raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    for i, row in enumerate(rows):
+        if limit is not None and i >= limit:
+            return
+        yield row
+
+
+def _text_stream(uri: str, options: ReadOptions) -> tuple[IO[bytes], io.TextIOWrapper]:
+    raw = _open(uri)
+    return raw, io.TextIOWrapper(raw, encoding=options.encoding, newline="", errors="strict")
+
+
+def _bounded_lines(text: io.TextIOWrapper, limit: int) -> Iterator[str]:
+    while True:
+        line = text.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit and not line.endswith("\n"):
+            # Skip the rest of an absurdly long line without holding it in memory.
+            while True:
+                more = text.readline(limit)
+                if not more or more.endswith("\n"):
+                    break
+            yield "\0TOO_LONG"
+            continue
+        yield line
+
+
+def _read_csv(uri: str, options: ReadOptions) -> Iterator[RawRow]:
+    delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
+    raw, text = _text_stream(uri, options)
+    line_no = 0
+    with raw:
+        try:
+            reader = csv.reader(_bounded_lines(text, options.max_line_bytes), delimiter=delimiter)
+            try:
+                header = next(reader)
+            except StopIteration:
+                return
+            header = [h.strip() for h in header]
+            if not any(header):
+                raise InputError(f"{uri}: the first line must be a header with column names")
+            for fields in reader:
+                line_no = reader.line_num
+                if not fields:
+                    continue
+                if fields == ["\0TOO_LONG"]:
+                    yield RawRow(uri, line_no, {}, f"line longer than {options.max_line_bytes} B")
+                    continue
+                if len(fields) != len(header):
+                    yield RawRow(
+                        uri,
+                        line_no,
+                        {},
+                        f"row has {len(fields)} fields, header has {len(header)}",
+                    )
+                    continue
+                yield RawRow(uri, line_no, dict(zip(header, fields, strict=True)))
+        except UnicodeDecodeError as exc:
+            yield RawRow(uri, line_no + 1, {}, _decode_error(options, exc))
+        except csv.Error as exc:
+            yield RawRow(uri, line_no + 1, {}, f"CSV syntax error: {exc}")
+
+
+def _decode_error(options: ReadOptions, exc: UnicodeDecodeError) -> str:
+    return (
+        f"not valid {options.encoding} ({exc.reason}); the rest of the file is skipped, "
+        "pass --encoding to read it"
+    )
+
+
+def csv_header(uri: str, options: ReadOptions) -> list[str]:
+    """The column names of a CSV/TSV file (empty if the file is empty)."""
+    delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
+    raw, text = _text_stream(uri, options)
+    with raw:
+        try:
+            first = next(csv.reader(_bounded_lines(text, options.max_line_bytes), delimiter=delimiter))
+        except StopIteration:
+            return []
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{uri}: {_decode_error(options, exc)}") from exc
+    return [h.strip() for h in first]
+
+
+def _read_jsonl(uri: str, options: ReadOptions) -> Iterator[RawRow]:
+    raw, text = _text_stream(uri, options)
+    line_no = 0
+    with raw:
+        try:
+            for line_no, line in enumerate(_bounded_lines(text, options.max_line_bytes), start=1):
+                if line == "\0TOO_LONG":
+                    yield RawRow(uri, line_no, {}, f"line longer than {options.max_line_bytes} B")
+                    continue
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield RawRow(uri, line_no, {}, f"invalid JSON: {exc.msg} at column {exc.colno}")
+                    continue
+                if not isinstance(obj, dict):
+                    yield RawRow(uri, line_no, {}, f"expected a JSON object, got {type(obj).__name__}")
+                    continue
+                yield RawRow(uri, line_no, obj)
+        except UnicodeDecodeError as exc:
+            yield RawRow(uri, line_no + 1, {}, _decode_error(options, exc))
+
+
+def _read_parquet(uri: str) -> Iterator[RawRow]:
+    import pyarrow.parquet as pq
+
+    with _open(uri) as fh:
+        try:
+            pf = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh)
+        except Exception as exc:  # pyarrow raises several types for a bad file
+            yield RawRow(uri, 0, {}, f"not a readable Parquet file: {exc}")
+            return
+        row = 0
+        for batch in pf.iter_batches(batch_size=4096):
+            for values in batch.to_pylist():
+                row += 1
+                yield RawRow(uri, row, values)
+
+
+def parquet_columns(uri: str) -> list[str]:
+    """Column names of a Parquet file."""
+    import pyarrow.parquet as pq
+
+    with _open(uri) as fh:
+        return list(pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).schema_arrow.names)
+
+
+def _read_whole_file(uri: str, field: str) -> Iterator[RawRow]:
+    with _open(uri) as fh:
+        data = fh.read()
+    yield RawRow(uri, 0, {field: data, "label": image_label(uri)})
+
+
+def _read_text(uri: str, options: ReadOptions) -> Iterator[RawRow]:
+    if options.text_mode == "file":
+        with _open(uri) as fh:
+            data = fh.read()
+        try:
+            text = data.decode(options.encoding)
+        except UnicodeDecodeError as exc:
+            yield RawRow(uri, 0, {}, _decode_error(options, exc))
+            return
+        yield RawRow(uri, 0, {"text": text, "label": image_label(uri)})
+        return
+    raw, stream = _text_stream(uri, options)
+    line_no = 0
+    with raw:
+        try:
+            for line_no, line in enumerate(_bounded_lines(stream, options.max_line_bytes), start=1):
+                if line == "\0TOO_LONG":
+                    yield RawRow(uri, line_no, {}, f"line longer than {options.max_line_bytes} B")
+                    continue
+                stripped = line.rstrip("\r\n")
+                if stripped:
+                    yield RawRow(uri, line_no, {"text": stripped})
+        except UnicodeDecodeError as exc:
+            yield RawRow(uri, line_no + 1, {}, _decode_error(options, exc))
