@@ -1,1 +1,1 @@
-"""Kubeflow pipeline definitions (compiled by `tfrecord-suite compile`, run by `tfrecord-suite run`)."""
+"""Kubeflow pipeline definitions, compiled by ``tfrecord-suite compile`` and run by ``run``."""

@@ -42,6 +42,7 @@ class Feature:
             (encoded bytes), ``image_raw`` (decoded uint8 pixels) or ``meta`` (not a model input).
         default: Value the parser substitutes when the record lacks the feature (missing cell).
         source: Column or field name in the raw data, if it differs from ``name``.
+
     """
 
     name: str
@@ -76,6 +77,7 @@ class Schema:
             ``label_classes`` (image folders), ``value`` when it holds the class itself (a CSV
             column); readers map ``value`` labels to indices with a lookup over the classes.
         source_format: The raw format the records came from (``csv``, ``images``...).
+
     """
 
     features: list[Feature]
@@ -236,6 +238,7 @@ def infer_tabular_schema(
 
     Raises:
         SchemaError: If the label column does not exist or the columns clash after sanitising.
+
     """
     values: dict[str, list[Any]] = {c: [] for c in columns}
     for row in rows:
@@ -253,7 +256,8 @@ def infer_tabular_schema(
     for c in columns:
         present = values[c]
         if present and all(_is_int(v) for v in present):
-            dtype, kind, default = "int64", "numeric", 0
+            dtype, kind = "int64", "numeric"
+            default = round(sum(int(v) for v in present) / len(present))
         elif present and all(_is_float(v) for v in present):
             dtype, kind = "float32", "numeric"
             default = float(sum(float(v) for v in present) / len(present))
@@ -262,9 +266,7 @@ def infer_tabular_schema(
             distinct = {str(v) for v in present}
             short = all(len(str(v)) <= _MAX_CATEGORICAL_LENGTH for v in present)
             kind = (
-                "categorical"
-                if short and len(distinct) <= _MAX_CATEGORICAL_CARDINALITY
-                else "text"
+                "categorical" if short and len(distinct) <= _MAX_CATEGORICAL_CARDINALITY else "text"
             )
         name = safe_feature_name(c)
         features.append(
@@ -328,6 +330,7 @@ def diff_schemas(old: Schema, new: Schema) -> dict[str, list[str]]:
         ``{"breaking": [...], "compatible": [...]}`` with one human-readable line per change.
         Breaking: a feature removed, its dtype, shape or kind changed, the label or its classes
         changed. Compatible: a feature added, a default changed.
+
     """
     breaking: list[str] = []
     compatible: list[str] = []

@@ -48,11 +48,13 @@ class FileInfo:
         size: Size in bytes.
         generation: GCS generation, or the modification time in nanoseconds locally. Together with
             the size this fingerprints the object without reading it.
+
     """
 
     uri: str
     size: int
     generation: str
+    mtime: float = 0.0
 
 
 def is_gcs(uri: str) -> bool:
@@ -171,6 +173,7 @@ def read_bytes(uri: str) -> bytes:
 
     Raises:
         FileNotFoundError: Nothing exists at ``uri``.
+
     """
     if is_gcs(uri):
         not_found, _ = _gcs_errors()
@@ -206,7 +209,7 @@ def read_with_token(uri: str) -> tuple[bytes, str] | tuple[None, None]:
 
 
 def write_bytes(uri: str, data: bytes) -> None:
-    """Write ``data`` to ``uri``, replacing it; readers see the old or the new content, never a mix."""
+    """Write ``data`` to ``uri``, replacing it; readers see old or new content, never a mix."""
     if is_gcs(uri):
         _blob(uri).upload_from_string(data, retry=_retry())
         return
@@ -224,6 +227,7 @@ def create_if_absent(uri: str, data: bytes) -> bool:
     Returns:
         True if this call created the object, False if it already existed (the existing object is
         left untouched).
+
     """
     if is_gcs(uri):
         _, precondition = _gcs_errors()
@@ -252,6 +256,7 @@ def compare_and_swap(uri: str, data: bytes, expected_token: str | None) -> str:
 
     Raises:
         PreconditionFailed: Someone else changed (or created) the object since it was read.
+
     """
     if is_gcs(uri):
         _, precondition = _gcs_errors()
@@ -311,7 +316,7 @@ def list_files(prefix: str, recursive: bool = True) -> list[FileInfo]:
             bucket, prefix=name, delimiter=None if recursive else "/", retry=_retry()
         )
         out = [
-            FileInfo(f"gs://{bucket}/{b.name}", int(b.size or 0), str(b.generation))
+            FileInfo(f"gs://{bucket}/{b.name}", int(b.size or 0), str(b.generation), _ts(b.updated))
             for b in blobs
             if not b.name.endswith("/")
         ]
@@ -328,7 +333,7 @@ def list_files(prefix: str, recursive: bool = True) -> list[FileInfo]:
                 continue
             path = os.path.join(root, n)
             st = os.stat(path)
-            out.append(FileInfo(path, st.st_size, str(st.st_mtime_ns)))
+            out.append(FileInfo(path, st.st_size, str(st.st_mtime_ns), st.st_mtime))
     return sorted(out, key=lambda f: f.uri)
 
 
@@ -352,9 +357,13 @@ def stat(uri: str) -> FileInfo:
         blob = gcs_client().bucket(bucket).get_blob(name, retry=_retry())
         if blob is None:
             raise FileNotFoundError(uri)
-        return FileInfo(uri, int(blob.size or 0), str(blob.generation))
+        return FileInfo(uri, int(blob.size or 0), str(blob.generation), _ts(blob.updated))
     st = os.stat(uri)
-    return FileInfo(uri, st.st_size, str(st.st_mtime_ns))
+    return FileInfo(uri, st.st_size, str(st.st_mtime_ns), st.st_mtime)
+
+
+def _ts(when: Any) -> float:
+    return when.timestamp() if when is not None else 0.0
 
 
 def copy(src: str, dst: str) -> None:
@@ -426,6 +435,7 @@ def _atomic_local_write(path: str, data: bytes, replace: bool) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path) or ".")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; published files are meant to be shared
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -40,6 +40,7 @@ class SplitSpec:
 
         Raises:
             ValueError: On a malformed entry, a duplicate name or weights that are not positive.
+
         """
         names, weights = [], []
         for part in filter(None, (p.strip() for p in text.split(","))):
@@ -94,6 +95,7 @@ class ImageOptions:
             ``raw`` stores decoded uint8 pixels (larger shards, no decode cost while training).
         size: ``(height, width)`` to resize to; required for ``raw`` when sizes vary.
         channels: Force 1 (grayscale) or 3 (RGB) channels; None keeps the file's.
+
     """
 
     encoding: str = "encoded"
@@ -146,6 +148,7 @@ class RowConverter:
 
         Raises:
             RowError: The row is malformed or a value does not fit its feature's type.
+
         """
         if row.error:
             raise RowError(row.error)
@@ -190,7 +193,9 @@ class RowConverter:
             if isinstance(value, bytes):
                 feature_map[name] = train.Feature(bytes_list=train.BytesList(value=[value]))
             elif isinstance(value, str):
-                feature_map[name] = train.Feature(bytes_list=train.BytesList(value=[value.encode()]))
+                feature_map[name] = train.Feature(
+                    bytes_list=train.BytesList(value=[value.encode()])
+                )
             elif isinstance(value, float):
                 feature_map[name] = train.Feature(float_list=train.FloatList(value=[value]))
             else:
@@ -282,7 +287,9 @@ def image_schema(
     kind = "image_raw" if image.encoding == "raw" else "image"
     return Schema(
         features=[
-            Feature("image", "string", list(raw_shape or []) if kind == "image_raw" else [], kind, ""),
+            Feature(
+                "image", "string", list(raw_shape or []) if kind == "image_raw" else [], kind, ""
+            ),
             Feature("image_height", "int64", [], "meta", 0),
             Feature("image_width", "int64", [], "meta", 0),
             Feature("image_channels", "int64", [], "meta", 0),

@@ -49,6 +49,7 @@ class RawRow:
         row: 1-based row (line) number in the file; 0 for whole-file examples such as images.
         values: Column name to raw value (strings for CSV, JSON values for JSON lines...).
         error: Set when the row could not even be split into values (ragged CSV row, bad JSON).
+
     """
 
     file: str
@@ -72,6 +73,7 @@ def resolve_inputs(input_uri: str) -> list[storage.FileInfo]:
 
     Raises:
         InputError: Nothing exists there, or it matches no file.
+
     """
     uri = storage.normalize(input_uri)
     is_glob = any(c in _GLOB_CHARS for c in uri)
@@ -118,6 +120,7 @@ def detect_format(input_uri: str, files: Sequence[storage.FileInfo]) -> str:
 
     Raises:
         InputError: The extensions are unknown or mixed.
+
     """
     exts = [os.path.splitext(f.uri)[1].lower() for f in files]
     if exts and all(e in IMAGE_EXTENSIONS for e in exts):
@@ -138,6 +141,7 @@ def image_classes(input_uri: str, files: Sequence[storage.FileInfo]) -> list[str
 
     Raises:
         InputError: Images lie directly in the root, so there is no class folder.
+
     """
     root = storage.normalize(input_uri)
     classes = set()
@@ -171,6 +175,7 @@ class ReadOptions:
             its folder) for the ``text`` format.
         delimiter: Overrides the CSV delimiter.
         max_line_bytes: A longer line is a bad row instead of an out-of-memory error.
+
     """
 
     format: str
@@ -187,6 +192,7 @@ def read_rows(uri: str, options: ReadOptions, limit: int | None = None) -> Itera
         uri: The file.
         options: Parsing options.
         limit: Stop after this many rows (schema inference samples the first rows).
+
     """
     fmt = options.format
     if fmt in ("csv", "tsv"):
@@ -277,7 +283,9 @@ def csv_header(uri: str, options: ReadOptions) -> list[str]:
     raw, text = _text_stream(uri, options)
     with raw:
         try:
-            first = next(csv.reader(_bounded_lines(text, options.max_line_bytes), delimiter=delimiter))
+            first = next(
+                csv.reader(_bounded_lines(text, options.max_line_bytes), delimiter=delimiter)
+            )
         except StopIteration:
             return []
         except UnicodeDecodeError as exc:
@@ -302,7 +310,9 @@ def _read_jsonl(uri: str, options: ReadOptions) -> Iterator[RawRow]:
                     yield RawRow(uri, line_no, {}, f"invalid JSON: {exc.msg} at column {exc.colno}")
                     continue
                 if not isinstance(obj, dict):
-                    yield RawRow(uri, line_no, {}, f"expected a JSON object, got {type(obj).__name__}")
+                    yield RawRow(
+                        uri, line_no, {}, f"expected a JSON object, got {type(obj).__name__}"
+                    )
                     continue
                 yield RawRow(uri, line_no, obj)
         except UnicodeDecodeError as exc:
@@ -330,7 +340,9 @@ def parquet_columns(uri: str) -> list[str]:
     import pyarrow.parquet as pq
 
     with _open(uri) as fh:
-        return list(pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).schema_arrow.names)
+        return list(
+            pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).schema_arrow.names
+        )
 
 
 def _read_whole_file(uri: str, field: str) -> Iterator[RawRow]:

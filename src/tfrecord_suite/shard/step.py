@@ -1,0 +1,463 @@
+"""The shard step as one plain function: raw data in, TFRecord shards + summary out.
+
+``run_shard`` is what the kfp component and ``tfrecord-suite shard`` call. It infers or loads the
+schema, runs the Beam pipeline (any runner: extra ``beam_args`` pass straight through), then moves
+the shards from their temporary names into place and writes ``schema.json``, ``summary.json`` and
+``summary.md`` last, so a folder with a ``summary.json`` is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from tfrecord_suite import naming, storage
+from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
+from tfrecord_suite.shard import convert, plan, sources
+
+_LOG = logging.getLogger(__name__)
+SCHEMA_FILE = "schema.json"
+SUMMARY_FILE = "summary.json"
+SUMMARY_MD = "summary.md"
+DEAD_LETTER_FILE = "dead_letter.jsonl"
+SAMPLE_ROWS = 2000
+SAMPLE_FILES = 8
+
+
+class ShardError(RuntimeError):
+    """The shard step failed; the message says why and what to do."""
+
+
+@dataclasses.dataclass
+class ShardConfig:
+    """Everything the shard step takes.
+
+    Attributes:
+        input: A file, folder, glob or ``gs://`` prefix.
+        output: Folder or ``gs://`` prefix for the shards (must be empty unless ``overwrite``).
+        format: ``auto`` or one of :data:`~tfrecord_suite.shard.sources.FORMATS`.
+        label: Label column (tabular); auto-detected by name when None.
+        key_column: Column whose value decides the split (keeps related rows together); the
+            record content decides when None.
+        splits: ``name=weight`` list.
+        schema_file: A ``schema.json`` to use instead of inferring one.
+        image_encoding: ``encoded`` (PNG/JPEG bytes) or ``raw`` (decoded pixels).
+        image_size: ``(height, width)`` to resize images to.
+        image_channels: Force 1 or 3 channels.
+        text_mode: ``line`` or ``file`` for the text format.
+        encoding: Text encoding of the input.
+        target_shard_mb: Preferred shard size in MiB.
+        readers: Hosts that will read the data in parallel.
+        workers: Training workers (shard count is a multiple of it).
+        num_shards: Fixed shard count per split.
+        gzip: Write GZIP-compressed shards.
+        max_bad_fraction: Fail when more than this share of rows is bad (good rows are kept).
+        overwrite: Replace existing output.
+        beam_args: Extra Beam pipeline options (``--runner DataflowRunner ...``).
+
+    """
+
+    input: str
+    output: str
+    format: str = "auto"
+    label: str | None = None
+    key_column: str | None = None
+    splits: str = "train=80,validation=10,test=10"
+    schema_file: str | None = None
+    image_encoding: str = "encoded"
+    image_size: tuple[int, int] | None = None
+    image_channels: int | None = None
+    text_mode: str = "line"
+    encoding: str = "utf-8"
+    target_shard_mb: float = plan.DEFAULT_TARGET_SHARD_BYTES / plan.MIB
+    readers: int = 1
+    workers: int = 1
+    num_shards: int | None = None
+    gzip: bool = False
+    max_bad_fraction: float = 0.01
+    overwrite: bool = False
+    beam_args: Sequence[str] = ()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first absurd parameter."""
+        if self.format != "auto" and self.format not in sources.FORMATS:
+            raise ValueError(
+                f"--format {self.format!r}: use auto or one of {', '.join(sources.FORMATS)}"
+            )
+        if not 0 <= self.max_bad_fraction <= 1:
+            raise ValueError(f"--max-bad-fraction {self.max_bad_fraction} must be within 0..1")
+        if self.image_encoding not in ("encoded", "raw"):
+            raise ValueError("--image-encoding must be encoded or raw")
+        if self.image_channels not in (None, 1, 3):
+            raise ValueError("--image-channels must be 1 or 3")
+        if self.image_size is not None and min(self.image_size) < 1:
+            raise ValueError(f"--image-size {self.image_size} must be positive")
+        if self.text_mode not in ("line", "file"):
+            raise ValueError("--text-mode must be line or file")
+        if self.target_shard_mb <= 0:
+            raise ValueError("--target-shard-mb must be positive")
+        convert.SplitSpec.parse(self.splits)
+        self.plan_config()
+
+    def plan_config(self) -> plan.ShardPlanConfig:
+        """The shard plan's inputs."""
+        target = int(self.target_shard_mb * plan.MIB)
+        return plan.ShardPlanConfig(
+            target_shard_bytes=target,
+            readers=self.readers,
+            workers=self.workers,
+            num_shards=self.num_shards,
+            min_shard_bytes=min(plan.MIN_SHARD_BYTES, target),
+            max_shard_bytes=max(plan.MAX_SHARD_BYTES, target),
+        )
+
+
+def input_fingerprint(files: Sequence[storage.FileInfo]) -> dict[str, Any]:
+    """Names, sizes and generations (or mtimes) of every input file, and a digest over them."""
+    entries = [{"uri": f.uri, "size": f.size, "generation": f.generation} for f in files]
+    digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
+    return {
+        "files": entries,
+        "num_files": len(entries),
+        "total_bytes": sum(f.size for f in files),
+        "digest": digest,
+    }
+
+
+def resolve_schema(config: ShardConfig, fmt: str, files: Sequence[storage.FileInfo]) -> Schema:
+    """Load the schema file, or infer the schema from a sample of the input."""
+    if config.schema_file:
+        try:
+            return Schema.from_json(storage.read_text(config.schema_file))
+        except FileNotFoundError:
+            raise ShardError(f"--schema-file {config.schema_file} does not exist") from None
+    image = _image_options(config)
+    if fmt == "images":
+        classes = sources.image_classes(config.input, files)
+        raw_shape = None
+        if image.encoding == "raw":
+            raw_shape = _first_image_shape(files, image)
+        return convert.image_schema(classes, image, raw_shape)
+    if fmt == "text":
+        from tfrecord_suite.schema import Feature
+
+        features = [Feature("text", "string", [], "text", "")]
+        label, classes = None, None
+        if config.text_mode == "file":
+            classes = sources.image_classes(config.input, files)
+            features.append(Feature("label", "string", [], "categorical", ""))
+            label = "label"
+        return Schema(features, label=label, label_classes=classes, source_format="text")
+    read = _read_options(config, fmt)
+    columns: list[str] = []
+    sample: list[dict[str, Any]] = []
+    for f in files[:SAMPLE_FILES]:
+        if fmt in ("csv", "tsv"):
+            cols = sources.csv_header(f.uri, read)
+        elif fmt == "parquet":
+            cols = sources.parquet_columns(f.uri)
+        else:
+            cols = []
+        rows = [r for r in sources.read_rows(f.uri, read, limit=SAMPLE_ROWS) if not r.error]
+        if fmt == "jsonl":
+            for r in rows:
+                cols.extend(k for k in r.values if k not in cols)
+        for c in cols:
+            if c not in columns:
+                columns.append(c)
+        sample.extend(r.values for r in rows)
+    if not columns:
+        raise ShardError(
+            f"input {config.input!r} has no columns to read (empty files?); check the input"
+        )
+    try:
+        return infer_tabular_schema(columns, sample, label=config.label, source_format=fmt)
+    except SchemaError as exc:
+        raise ShardError(str(exc)) from None
+
+
+def _first_image_shape(files: Sequence[storage.FileInfo], image: convert.ImageOptions) -> list[int]:
+    from PIL import Image
+
+    for f in files:
+        try:
+            with storage.open_read(f.uri) as fh:
+                img = Image.open(fh)
+                img.load()
+        except Exception:
+            continue
+        channels = image.channels or (1 if img.mode in ("L", "1", "I", "F", "I;16") else 3)
+        h, w = image.size or (img.size[1], img.size[0])
+        return [h, w, channels]
+    raise ShardError("no decodable image found to take the raw pixel shape from")
+
+
+def _image_options(config: ShardConfig) -> convert.ImageOptions:
+    return convert.ImageOptions(
+        encoding=config.image_encoding,
+        size=tuple(config.image_size) if config.image_size else None,
+        channels=config.image_channels,
+    )
+
+
+def _read_options(config: ShardConfig, fmt: str) -> sources.ReadOptions:
+    return sources.ReadOptions(format=fmt, encoding=config.encoding, text_mode=config.text_mode)
+
+
+def run_shard(config: ShardConfig) -> dict[str, Any]:
+    """Run the shard step end to end.
+
+    Returns:
+        The summary (also written to ``<output>/summary.json``).
+
+    Raises:
+        sources.InputError: The input is missing, empty or of an unknown format.
+        ShardError: The output is not empty, or too many rows were bad (the good records and the
+            dead letters are written first).
+        ValueError: A parameter is absurd.
+
+    """
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_suite.shard.pipeline import ShardToTFRecords
+
+    config.validate()
+    started = time.monotonic()
+    files = sources.resolve_inputs(config.input)
+    fmt = sources.detect_format(config.input, files) if config.format == "auto" else config.format
+    output = storage.normalize(config.output)
+    _prepare_output(output, config.overwrite)
+    schema = resolve_schema(config, fmt, files)
+    splits = convert.SplitSpec.parse(config.splits)
+    if config.key_column is not None and fmt not in ("csv", "tsv", "jsonl", "parquet"):
+        raise ValueError("--key-column applies to tabular formats only")
+    temp_dir = storage.join(output, f".tmp-shard-{uuid.uuid4().hex[:12]}")
+    storage.makedirs(temp_dir)
+    _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
+
+    options = PipelineOptions(list(config.beam_args))
+    pipeline = beam.Pipeline(options=options)
+    _ = (
+        pipeline
+        | "ListInputs" >> beam.Create([f.uri for f in files])
+        | "ShardToTFRecords"
+        >> ShardToTFRecords(
+            schema=schema,
+            read=_read_options(config, fmt),
+            splits=splits,
+            key_column=config.key_column,
+            image=_image_options(config),
+            plan_config=config.plan_config(),
+            temp_dir=temp_dir,
+            gzip=config.gzip,
+        )
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    metrics = _beam_counters(result)
+
+    def load(name: str) -> Any:
+        return json.loads(storage.read_text(storage.join(temp_dir, name)))
+
+    shard_plan = load("_plan.json")
+    written = {(s["split"], s["index"]): s for s in load("_shards.json")}
+    stats = {k: convert.finalize_stats(v) for k, v in load("_stats.json").items()}
+    dead = load("_dead_letter.json")
+
+    shards = _move_shards_into_place(temp_dir, output, shard_plan, written, config.gzip)
+    if dead:
+        storage.write_text(
+            storage.join(output, DEAD_LETTER_FILE),
+            "".join(json.dumps(d, sort_keys=True) + "\n" for d in dead),
+        )
+    storage.delete_tree(temp_dir)
+
+    schema = _finalize_schema(schema, stats)
+    rows_total = sum(s["count"] for s in stats.values()) + len(dead)
+    summary = {
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "input": config.input,
+        "format": fmt,
+        "output": output,
+        "splits": str(splits),
+        "key_column": config.key_column,
+        "gzip": config.gzip,
+        "schema": schema.to_dict(),
+        "plan": {"config": dataclasses.asdict(config.plan_config()), "splits": shard_plan},
+        "shards": shards,
+        "statistics": stats,
+        "records": sum(s["count"] for s in stats.values()),
+        "bad_rows": len(dead),
+        "rows_read": rows_total,
+        "dead_letter": storage.join(output, DEAD_LETTER_FILE) if dead else None,
+        "input_fingerprint": input_fingerprint(files),
+        "beam_metrics": metrics,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    storage.write_text(storage.join(output, SCHEMA_FILE), schema.to_json())
+    storage.write_text(storage.join(output, SUMMARY_MD), summary_markdown(summary))
+    storage.write_text(
+        storage.join(output, SUMMARY_FILE), json.dumps(summary, indent=2, sort_keys=True)
+    )
+
+    if rows_total == 0:
+        raise ShardError(f"input {config.input!r} holds no rows; nothing to shard")
+    bad_fraction = len(dead) / rows_total
+    if bad_fraction > config.max_bad_fraction:
+        first = dead[0]
+        raise ShardError(
+            f"{len(dead)} of {rows_total} rows ({bad_fraction:.1%}) were bad, above "
+            f"--max-bad-fraction {config.max_bad_fraction:g}; first: {first['file']} row "
+            f"{first['row']}: {first['reason']}. Good records were written; see "
+            f"{summary['dead_letter']}"
+        )
+    return summary
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    existing = storage.list_files(output)
+    if not existing:
+        return
+    if not overwrite:
+        raise ShardError(
+            f"output {output} is not empty ({len(existing)} files); pass --overwrite to replace it"
+        )
+    storage.delete_tree(output)
+
+
+def _move_shards_into_place(
+    temp_dir: str,
+    output: str,
+    shard_plan: dict[str, Any],
+    written: dict[tuple[str, int], dict[str, Any]],
+    gzip: bool,
+) -> list[dict[str, Any]]:
+    from apache_beam.io.filesystems import FileSystems
+
+    sources_, destinations, shards = [], [], []
+    for split, p in shard_plan.items():
+        n = p["num_shards"]
+        for i in range(n):
+            name = naming.shard_name(split, i, n, gzip)
+            dst = storage.join(output, name)
+            info = written.get((split, i))
+            if info is None:
+                _write_empty_shard(dst, gzip)
+                info = {"records": 0, "record_bytes": 0}
+            else:
+                sources_.append(storage.join(temp_dir, name))
+                destinations.append(dst)
+            shards.append(
+                {
+                    "split": split,
+                    "index": i,
+                    "num_shards": n,
+                    "path": dst,
+                    "records": info["records"],
+                    "record_bytes": info["record_bytes"],
+                }
+            )
+    if sources_:
+        FileSystems.rename(sources_, destinations)
+    for s in shards:
+        s["bytes"] = storage.stat(s["path"]).size
+    return shards
+
+
+def _write_empty_shard(path: str, gzip: bool) -> None:
+    import gzip as gz
+
+    storage.write_bytes(path, gz.compress(b"", mtime=0) if gzip else b"")
+
+
+def _finalize_schema(schema: Schema, stats: dict[str, Any]) -> Schema:
+    """Label classes become the classes actually seen across all splits (tabular data)."""
+    if schema.label is None or schema.label_encoding == "index":
+        return schema
+    label = schema.feature(schema.label)
+    if label.dtype == "float32":
+        return schema
+    seen = set()
+    for s in stats.values():
+        seen.update(s["label_histogram"])
+    classes = sorted(seen, key=_natural_key)
+    return dataclasses.replace(schema, label_classes=classes or schema.label_classes)
+
+
+def _beam_counters(result: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        query = result.metrics().query()
+    except Exception:  # some runners do not report metrics to the launcher
+        return out
+    for c in query.get("counters", []):
+        if c.key.metric.namespace == "tfrecord_suite.shard":
+            value = c.committed if c.committed is not None else c.attempted
+            out[c.key.metric.name] = out.get(c.key.metric.name, 0) + (value or 0)
+    for d in query.get("distributions", []):
+        if d.key.metric.namespace == "tfrecord_suite.shard":
+            r = d.committed or d.attempted
+            if r is not None and r.count:
+                out[d.key.metric.name] = {
+                    "count": r.count,
+                    "mean": r.mean,
+                    "min": r.min,
+                    "max": r.max,
+                }
+    return out
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    """A Markdown summary for the Kubeflow UI."""
+    lines = [
+        f"# Shards of `{summary['input']}`",
+        "",
+        f"{summary['records']} records from {summary['rows_read']} rows ({summary['format']}), "
+        f"{summary['bad_rows']} bad rows, in {summary['seconds']} s.",
+        "",
+        "| split | records | shards | bytes | shard plan |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for split, p in summary["plan"]["splits"].items():
+        count = summary["statistics"].get(split, {}).get("count", 0)
+        size = sum(s["bytes"] for s in summary["shards"] if s["split"] == split)
+        lines.append(
+            f"| {split} | {count} | {p['num_shards']} | {size} | {'; '.join(p['reasons'])} |"
+        )
+    schema = summary["schema"]
+    lines += [
+        "",
+        "## Features",
+        "",
+        "| name | dtype | kind | missing (all splits) | min | max | mean |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for f in schema["features"]:
+        missing = sum(
+            s["features"].get(f["name"], {}).get("missing", 0)
+            for s in summary["statistics"].values()
+        )
+        train = (
+            next(iter(summary["statistics"].values()), {}).get("features", {}).get(f["name"], {})
+        )
+        cells = [_fmt(train.get(k)) for k in ("min", "max", "mean")]
+        lines.append(
+            f"| {f['name']} | {f['dtype']} | {f['kind']} | {missing} | {' | '.join(cells)} |"
+        )
+    if schema.get("label"):
+        lines += ["", f"Label `{schema['label']}`, classes: {schema.get('label_classes')}"]
+    if summary["bad_rows"]:
+        lines += ["", f"Dead letters: `{summary['dead_letter']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: Any) -> str:
+    return "" if v is None else f"{v:.4g}"
