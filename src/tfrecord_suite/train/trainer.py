@@ -1,0 +1,480 @@
+"""The train step as one plain function: a dataset version in, a servable model and metrics out.
+
+``run_train`` is what the kfp component and ``tfrecord-suite train`` call. Under any
+``tf.distribute`` strategy it reads the version with :mod:`tfrecord_suite.train.reader`, trains
+with checkpoints and ``BackupAndRestore`` (a killed trainer rerun with the same arguments resumes),
+exports a SavedModel whose ``serving_default`` signature takes serialized ``tf.Example``s, and
+writes ``metrics.json`` and a report. Only the chief writes exports and metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import tempfile
+import time
+from typing import Any
+
+from tfrecord_suite import storage
+from tfrecord_suite.registry.registry import Registry, load_manifest, shard_uris
+from tfrecord_suite.registry.semver import DatasetRef
+from tfrecord_suite.schema import Schema
+from tfrecord_suite.train import strategy as strategy_lib
+from tfrecord_suite.train.reader import AUTOTUNE, FeatureDecoder, ReaderConfig, make_dataset
+
+_LOG = logging.getLogger(__name__)
+EXPORT_DIR = "export"
+METRICS_FILE = "metrics.json"
+
+
+class TrainError(RuntimeError):
+    """Training cannot start or failed; the message says why."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything the train step takes.
+
+    Attributes:
+        dataset: ``<registry>/<dataset>@<version|alias>``, or a version folder.
+        model_dir: Where checkpoints, logs, the export and metrics go.
+        strategy: ``auto``, ``one_device``, ``mirrored``, ``multi_worker`` or ``tpu``.
+        cpu_devices: Split the CPU into this many logical devices (no-GPU testing).
+        tpu: TPU name for the resolver.
+        epochs: Passes over the training split.
+        batch_size: Per-replica batch; the global batch is this times the replicas.
+        learning_rate: Adam learning rate.
+        hidden_units: Width of the built-in models' dense layers.
+        model_fn: ``module:function`` building a compiled Keras model, or None for built-in.
+        seed: Random seed (file order, shuffles, weights).
+        cycle_length: Files read at once (AUTOTUNE = -1).
+        block_length: Records per file per interleave turn.
+        num_parallel_reads: Parallel file readers (AUTOTUNE = -1).
+        num_parallel_calls: Parallel parse/decode calls (AUTOTUNE = -1).
+        deterministic: Reproducible element order.
+        shuffle_buffer: Record shuffle buffer (0: off).
+        cache: ``""``, ``memory`` or a file prefix.
+        prefetch: Batches prefetched (AUTOTUNE = -1).
+        image_size: ``(height, width)`` to resize images to.
+        checkpoint_every_steps: Also back up every N steps (0: each epoch only).
+        profile_steps: ``"start,stop"`` batch range traced by the TensorBoard profiler.
+        skip_bad_records: Train on a version that fails verification, skipping bad records.
+        verify: Check every shard's checksum before training.
+        probe_steps: Steps of the input-wait probe after training (0: off).
+
+    """
+
+    dataset: str
+    model_dir: str
+    strategy: str = "auto"
+    cpu_devices: int = 1
+    tpu: str | None = None
+    epochs: int = 5
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    hidden_units: int = 64
+    model_fn: str | None = None
+    seed: int = 42
+    cycle_length: int = AUTOTUNE
+    block_length: int = 1
+    num_parallel_reads: int = AUTOTUNE
+    num_parallel_calls: int = AUTOTUNE
+    deterministic: bool = False
+    shuffle_buffer: int = 10_000
+    cache: str = ""
+    prefetch: int = AUTOTUNE
+    image_size: tuple[int, int] | None = None
+    checkpoint_every_steps: int = 0
+    profile_steps: str = ""
+    skip_bad_records: bool = False
+    verify: bool = True
+    probe_steps: int = 30
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first absurd parameter."""
+        if self.epochs < 1:
+            raise ValueError(f"--epochs must be at least 1, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"--learning-rate must be positive, got {self.learning_rate}")
+        if self.cpu_devices < 1:
+            raise ValueError("--cpu-devices must be at least 1")
+        if self.checkpoint_every_steps < 0 or self.probe_steps < 0:
+            raise ValueError("--checkpoint-every-steps and --probe-steps must be >= 0")
+        if self.strategy not in strategy_lib.STRATEGIES:
+            raise ValueError(f"--strategy {self.strategy!r}: one of {strategy_lib.STRATEGIES}")
+        self.reader_config(self.batch_size)
+
+    def reader_config(self, batch_size: int, training: bool = True) -> ReaderConfig:
+        """Reader knobs for one input pipeline."""
+        return ReaderConfig(
+            batch_size=batch_size,
+            seed=self.seed,
+            cycle_length=self.cycle_length,
+            block_length=self.block_length,
+            num_parallel_reads=self.num_parallel_reads,
+            num_parallel_calls=self.num_parallel_calls,
+            deterministic=self.deterministic,
+            shuffle_buffer=self.shuffle_buffer if training else 0,
+            cache=self.cache if training else "",
+            prefetch=self.prefetch,
+            repeat=training,
+            image_size=self.image_size,
+            skip_bad_records=self.skip_bad_records,
+        )
+
+
+def resolve_dataset(ref: str) -> tuple[dict[str, Any], str]:
+    """``(manifest, version folder)`` for a dataset reference or a version folder."""
+    direct = storage.join(storage.normalize(ref), "manifest.json")
+    if "@" not in ref and storage.exists(direct):
+        return load_manifest(storage.read_text(direct), direct), storage.normalize(ref)
+    reg, dataset, version = Registry(".").resolve_ref(DatasetRef.parse(ref))
+    return reg.manifest(dataset, version), reg.version_dir(dataset, version)
+
+
+def _vocabularies(files: list[str], schema: Schema, compression: str, top_k: int = 1000) -> dict:
+    """Values of each categorical string feature in the training split (one pass)."""
+    import collections
+
+    import tensorflow as tf
+
+    names = [
+        f.name for f in schema.input_features if f.kind == "categorical" and f.dtype == "string"
+    ]
+    if not names:
+        return {}
+    spec = {n: tf.io.FixedLenFeature([], tf.string, default_value="") for n in names}
+    counts = {n: collections.Counter() for n in names}
+    ds = tf.data.TFRecordDataset(files, compression_type=compression).batch(4096)
+    for batch in ds.map(lambda b: tf.io.parse_example(b, spec)):
+        for n in names:
+            counts[n].update(v.decode() for v in batch[n].numpy() if v)
+    return {
+        n: [v for v, _ in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]]
+        for n, c in counts.items()
+    }
+
+
+class _EpochTimer:
+    """Keras callback recording wall time per epoch."""
+
+    def __new__(cls) -> Any:
+        import keras
+
+        class Timer(keras.callbacks.Callback):
+            def __init__(self) -> None:
+                super().__init__()
+                self.times: list[float] = []
+                self._start = 0.0
+
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                self._start = time.perf_counter()
+
+            def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+                self.times.append(time.perf_counter() - self._start)
+
+        return Timer()
+
+
+def run_train(config: TrainConfig) -> dict[str, Any]:
+    """Train, evaluate and export; return the metrics (also in ``<model_dir>/metrics.json``).
+
+    Raises:
+        TrainError: The version fails verification (without ``skip_bad_records``) or has no
+            label or training split.
+        ValueError: A parameter is absurd.
+
+    """
+    config.validate()
+
+    manifest, vdir = resolve_dataset(config.dataset)
+    strategy = strategy_lib.make_strategy(config.strategy, config.cpu_devices, config.tpu)
+    import keras
+
+    keras.utils.set_random_seed(config.seed)
+    chief = strategy_lib.is_chief()
+    schema = Schema.from_dict(manifest["schema"])
+    if schema.label is None:
+        raise TrainError(f"{manifest['dataset']}@{manifest['version']} has no label to train on")
+    bad_records = _verify(manifest, vdir, config)
+    compression = "GZIP" if manifest.get("gzip") else ""
+    statistics = manifest.get("statistics", {})
+    splits = manifest["splits"]
+    if "train" not in splits or not splits["train"]["records"]:
+        raise TrainError(f"{manifest['dataset']}@{manifest['version']} has no training records")
+    files = {s: shard_uris(manifest, vdir, s) for s in splits}
+
+    replicas = strategy.num_replicas_in_sync
+    global_batch = config.batch_size * replicas
+    steps_per_epoch = max(1, splits["train"]["records"] // global_batch)
+    val_split = "validation" if splits.get("validation", {}).get("records") else None
+    val_steps = max(1, splits[val_split]["records"] // global_batch) if val_split else None
+    _LOG.info(
+        "%d replicas, global batch %d, %d steps per epoch", replicas, global_batch, steps_per_epoch
+    )
+
+    def input_fn(split: str, training: bool) -> Any:
+        def fn(ctx: Any) -> Any:
+            reader = config.reader_config(ctx.get_per_replica_batch_size(global_batch), training)
+            if not training:
+                reader = dataclasses.replace(reader, repeat=True)
+            return make_dataset(
+                files[split],
+                schema,
+                reader,
+                statistics=statistics,
+                input_context=ctx,
+                compression=compression,
+                training=training,
+            )
+
+        return strategy.distribute_datasets_from_function(fn)
+
+    probe_reader = config.reader_config(config.batch_size)
+    decoder = FeatureDecoder(schema, statistics, probe_reader)
+    vocabularies = (
+        _vocabularies(files["train"], schema, compression)
+        if schema.source_format != "images"
+        else {}
+    )
+    num_classes = len(schema.label_classes) if schema.label_classes else None
+    from tfrecord_suite.train import models
+
+    ctx = models.ModelContext(
+        schema=schema,
+        statistics=statistics,
+        vocabularies=vocabularies,
+        image_shape=decoder.image_shape,
+        num_classes=num_classes,
+        learning_rate=config.learning_rate,
+        hidden_units=config.hidden_units,
+    )
+    build = models.load_model_fn(config.model_fn) if config.model_fn else models.default_model
+    with strategy.scope():
+        model = build(ctx)
+
+    model_dir = storage.normalize(config.model_dir)
+    work_dir = model_dir if chief else tempfile.mkdtemp(prefix="worker-")
+    timer = _EpochTimer()
+    callbacks = [
+        keras.callbacks.BackupAndRestore(
+            backup_dir=storage.join(model_dir, "backup"),
+            save_freq=config.checkpoint_every_steps or "epoch",
+            delete_checkpoint=True,
+        ),
+        timer,
+    ]
+    if chief:
+        callbacks.append(
+            keras.callbacks.TensorBoard(
+                log_dir=storage.join(model_dir, "logs"),
+                profile_batch=_profile_range(config.profile_steps),
+            )
+        )
+        if strategy_lib.cluster_workers() <= 1:
+            storage.makedirs(storage.join(model_dir, "checkpoints"))
+            callbacks.append(
+                keras.callbacks.ModelCheckpoint(
+                    storage.join(model_dir, "checkpoints", "epoch-{epoch:03d}.weights.h5"),
+                    save_weights_only=True,
+                )
+            )
+    started = time.perf_counter()
+    history = model.fit(
+        input_fn("train", True),
+        epochs=config.epochs,
+        steps_per_epoch=steps_per_epoch,
+        validation_data=input_fn(val_split, False) if val_split else None,
+        validation_steps=val_steps,
+        callbacks=callbacks,
+        verbose=2,
+    )
+    train_seconds = time.perf_counter() - started
+    evaluation = {}
+    for split in ("validation", "test"):
+        if splits.get(split, {}).get("records"):
+            steps = max(1, math.ceil(splits[split]["records"] / global_batch))
+            evaluation[split] = {
+                k: float(v)
+                for k, v in model.evaluate(
+                    input_fn(split, False), steps=steps, return_dict=True, verbose=0
+                ).items()
+            }
+
+    export_dir = storage.join(work_dir, EXPORT_DIR)
+    export_serving_model(model, decoder, schema, export_dir)
+    probe = {}
+    if config.probe_steps and strategy_lib.cluster_workers() <= 1:
+        probe = input_wait_probe(
+            model, files["train"], schema, statistics, probe_reader, compression, config.probe_steps
+        )
+    metrics = {
+        "dataset": f"{manifest['dataset']}@{manifest['version']}",
+        "dataset_digest": manifest["content_digest"],
+        "strategy": type(strategy).__name__,
+        "replicas": replicas,
+        "global_batch_size": global_batch,
+        "epochs": config.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "history": {k: [float(x) for x in v] for k, v in history.history.items()},
+        "epoch_seconds": timer.times,
+        "train_seconds": train_seconds,
+        "examples_per_second": steps_per_epoch
+        * global_batch
+        * len(timer.times)
+        / max(sum(timer.times), 1e-9),
+        "evaluation": evaluation,
+        "input": probe,
+        "bad_records_skipped": bad_records,
+        "model_dir": model_dir,
+        "export_dir": export_dir,
+    }
+    if chief and num_classes and splits.get("test", {}).get("records"):
+        metrics["serving_check"] = serving_evaluation(
+            export_dir, files["test"], schema, compression
+        )
+    if chief:
+        storage.write_text(
+            storage.join(model_dir, METRICS_FILE), json.dumps(metrics, indent=2, sort_keys=True)
+        )
+        from tfrecord_suite.train import report
+
+        report.write_report(model_dir, metrics, schema)
+    return metrics
+
+
+def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
+    from tfrecord_suite.registry.registry import Registry, VerificationError
+
+    if not config.verify:
+        return 0
+    reg = Registry(storage.parent(storage.parent(vdir)))
+    try:
+        reg.verify(manifest["dataset"], manifest["version"])
+    except VerificationError as exc:
+        if not config.skip_bad_records:
+            raise TrainError(
+                f"refusing to train on a version that fails verification: {exc}. Pass "
+                "--skip-bad-records to train anyway, skipping unreadable records"
+            ) from None
+        _LOG.warning("training despite failed verification (--skip-bad-records): %s", exc)
+        return len(exc.problems)
+    return 0
+
+
+def _profile_range(spec: str) -> Any:
+    if not spec:
+        return 0
+    start, _, stop = spec.partition(",")
+    return (int(start), int(stop or start))
+
+
+def export_serving_model(model: Any, decoder: FeatureDecoder, schema: Schema, path: str) -> None:
+    """Export a SavedModel whose ``serving_default`` takes serialized ``tf.Example``s."""
+    import keras
+    import tensorflow as tf
+
+    classes = tf.constant(schema.label_classes or [""])
+
+    def serve(examples: Any) -> Any:
+        parsed = tf.io.parse_example(examples, decoder.serving_spec)
+        out = model(decoder.features(parsed), training=False)
+        if schema.label_classes:
+            class_id = tf.argmax(out, axis=-1)
+            return {
+                "probabilities": out,
+                "class_id": class_id,
+                "class_name": tf.gather(classes, class_id),
+            }
+        return {"prediction": out}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        "serving_default",
+        serve,
+        input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
+    )
+    archive.write_out(path, verbose=False)
+
+
+def serving_evaluation(export_dir: str, files: list[str], schema: Schema, compression: str) -> dict:
+    """Accuracy and confusion matrix of the exported model on raw serialized examples."""
+    import numpy as np
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(export_dir)
+    serve = loaded.signatures["serving_default"]
+    label_spec = {
+        schema.label: tf.io.FixedLenFeature(
+            [], tf.string if schema.feature(schema.label).dtype == "string" else tf.int64
+        )
+    }
+    n = len(schema.label_classes)
+    index = {c: i for i, c in enumerate(schema.label_classes)}
+    matrix = np.zeros((n, n), dtype=np.int64)
+    for batch in tf.data.TFRecordDataset(files, compression_type=compression).batch(512):
+        pred = serve(examples=batch)["class_id"].numpy()
+        labels = tf.io.parse_example(batch, label_spec)[schema.label].numpy()
+        for y, p in zip(labels, pred, strict=True):
+            if schema.label_encoding == "index":
+                t = int(y)
+            else:
+                t = index[y.decode() if isinstance(y, bytes) else str(int(y))]
+            matrix[t, int(p)] += 1
+    total = int(matrix.sum())
+    return {
+        "examples": total,
+        "accuracy": float(np.trace(matrix) / max(total, 1)),
+        "classes": list(schema.label_classes),
+        "confusion_matrix": matrix.tolist(),
+    }
+
+
+def input_wait_probe(
+    model: Any,
+    files: list[str],
+    schema: Schema,
+    statistics: dict,
+    reader: ReaderConfig,
+    compression: str,
+    steps: int,
+) -> dict[str, Any]:
+    """Share of step time spent waiting for input, measured over ``steps`` training steps.
+
+    Times ``next()`` on the real pipeline (waiting for input; prefetch hides it when the input
+    keeps up) separately from ``train_on_batch`` (compute), then the same steps on one cached
+    batch repeated, which is the compute-only ceiling.
+    """
+    import tensorflow as tf
+
+    reader = dataclasses.replace(reader, repeat=True, drop_remainder=True)
+    real = iter(make_dataset(files, schema, reader, statistics=statistics, compression=compression))
+    x, y = next(real)
+    model.train_on_batch(x, y)  # warm-up: traces the step function
+    wait = compute = 0.0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        x, y = next(real)
+        t1 = time.perf_counter()
+        model.train_on_batch(x, y)
+        compute += time.perf_counter() - t1
+        wait += t1 - t0
+    synthetic = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        xs, ys = next(synthetic)
+        model.train_on_batch(xs, ys)
+    synthetic_seconds = time.perf_counter() - t0
+    real_seconds = wait + compute
+    return {
+        "probe_steps": steps,
+        "input_wait_share": wait / max(real_seconds, 1e-9),
+        "real_step_ms": 1000 * real_seconds / steps,
+        "synthetic_step_ms": 1000 * synthetic_seconds / steps,
+        "real_over_synthetic": real_seconds / max(synthetic_seconds, 1e-9),
+    }
