@@ -1,0 +1,82 @@
+"""Kubeflow components of the data side: fingerprint, shard, version.
+
+Lightweight Python components whose base image is ours: each body imports one function of the
+package and calls it, so ``kfp.local`` runs them in a subprocess and Kubeflow in our image.
+"""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Markdown, Output
+
+from tfrecord_suite.images import COMPONENT_IMAGE
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def fingerprint_op(input_uri: str) -> str:
+    """Digest over the names, sizes and generations of every input file (never cached)."""
+    from tfrecord_suite.tasks import fingerprint_task
+
+    return fingerprint_task(input_uri)
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def shard_op(
+    input_uri: str,
+    fingerprint: str,
+    input_format: str,
+    label: str,
+    key_column: str,
+    splits: str,
+    num_shards: int,
+    target_shard_mb: float,
+    readers: int,
+    workers: int,
+    gzip: bool,
+    max_bad_fraction: float,
+    beam_args: list,
+    staged: Output[Dataset],
+    summary: Output[Markdown],
+):
+    """Shard raw data into TFRecords with Apache Beam (any runner)."""
+    from tfrecord_suite.tasks import shard_task
+
+    shard_task(
+        input_uri=input_uri,
+        fingerprint=fingerprint,
+        input_format=input_format,
+        label=label,
+        key_column=key_column,
+        splits=splits,
+        num_shards=num_shards,
+        target_shard_mb=target_shard_mb,
+        readers=readers,
+        workers=workers,
+        gzip=gzip,
+        max_bad_fraction=max_bad_fraction,
+        beam_args=beam_args,
+        staged=staged,
+        summary=summary,
+    )
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def version_op(
+    staged: Input[Dataset],
+    registry_root: str,
+    dataset_name: str,
+    bump: str,
+    run_id: str,
+    dataset: Output[Dataset],
+    card: Output[Markdown],
+):
+    """Publish the staged shards as an immutable, checksummed dataset version."""
+    from tfrecord_suite.tasks import version_task
+
+    version_task(
+        staged=staged,
+        registry_root=registry_root,
+        dataset_name=dataset_name,
+        bump=bump,
+        run_id=run_id,
+        dataset=dataset,
+        card=card,
+    )

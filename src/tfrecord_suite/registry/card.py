@@ -1,0 +1,41 @@
+"""The Markdown dataset card shown for a version in the Kubeflow UI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfrecord_suite.registry.registry import required_bump
+
+
+def dataset_card(manifest: dict[str, Any], parent: dict[str, Any] | None = None) -> str:
+    """Splits, counts, schema, and the change from the parent version."""
+    m = manifest
+    lines = [
+        f"# {m['dataset']} {m['version']}",
+        "",
+        f"Created {m['created']}; {m['totals']['records']} records in {m['totals']['shards']} "
+        f"shards ({m['totals']['bytes']} bytes){', GZIP' if m.get('gzip') else ''}.",
+        f"Content digest `{m['content_digest']}`.",
+        "",
+        "| split | records | shards | bytes |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, s in m["splits"].items():
+        lines.append(f"| {name} | {s['records']} | {s['shards']} | {s['bytes']} |")
+    schema = m["schema"]
+    lines += ["", "## Schema", "", "| feature | dtype | shape | kind |", "|---|---|---|---|"]
+    for f in schema["features"]:
+        marker = " (label)" if f["name"] == schema.get("label") else ""
+        lines.append(f"| {f['name']}{marker} | {f['dtype']} | {f.get('shape', [])} | {f['kind']} |")
+    if schema.get("label_classes"):
+        lines += ["", f"Classes: {', '.join(schema['label_classes'])}"]
+    lines += ["", "## Lineage", ""]
+    if parent is None:
+        lines.append("First version.")
+    else:
+        kind, reasons = required_bump(parent, m)
+        lines.append(f"Parent {parent['version']}; bump `{m['bump']}` (needed: {kind}).")
+        lines += [f"- {r}" for r in m.get("bump_reasons") or reasons]
+    producer = m.get("producer", {})
+    lines += ["", "Producer: " + ", ".join(f"{k}={v}" for k, v in producer.items() if v)]
+    return "\n".join(lines) + "\n"

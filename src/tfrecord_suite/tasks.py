@@ -1,0 +1,224 @@
+"""What each Kubeflow component does, as plain functions over duck-typed artifacts.
+
+The kfp wrappers in ``components/`` hold no logic: each body imports one function from here and
+calls it. These functions never import kfp; an "artifact" is anything with ``uri``, ``path`` and a
+``metadata`` dict (kfp's artifact classes, or a stand-in in tests), and metric artifacts also need
+``log_metric`` / ``log_confusion_matrix``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tfrecord_suite import images, storage
+
+_LOG = logging.getLogger(__name__)
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _write_markdown(artifact: Any, text: str) -> None:
+    storage.write_text(artifact.path, text)
+
+
+def fingerprint_task(input_uri: str) -> str:
+    """The digest over the names, sizes and generations of every input file."""
+    from tfrecord_suite.shard import sources
+    from tfrecord_suite.shard.step import input_fingerprint
+
+    return input_fingerprint(sources.resolve_inputs(input_uri))["digest"]
+
+
+def shard_task(
+    *,
+    input_uri: str,
+    fingerprint: str,
+    input_format: str,
+    label: str,
+    key_column: str,
+    splits: str,
+    num_shards: int,
+    target_shard_mb: float,
+    readers: int,
+    workers: int,
+    gzip: bool,
+    max_bad_fraction: float,
+    beam_args: Sequence[str],
+    staged: Any,
+    summary: Any,
+) -> None:
+    """Shard ``input_uri`` into ``staged.uri``; fill the artifact metadata and Markdown summary.
+
+    ``fingerprint`` (from :func:`fingerprint_task`) makes Kubeflow's cache key follow the input
+    data; the step re-checks it so data that changed in between is caught, not sharded silently.
+    """
+    from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
+
+    _setup_logging()
+    if fingerprint and fingerprint_task(input_uri) != fingerprint:
+        raise ShardError(
+            f"input {input_uri} changed since it was fingerprinted; rerun the pipeline"
+        )
+    result = run_shard(
+        ShardConfig(
+            input=input_uri,
+            output=staged.uri,
+            format=input_format,
+            label=label or None,
+            key_column=key_column or None,
+            splits=splits,
+            num_shards=num_shards or None,
+            target_shard_mb=target_shard_mb,
+            readers=readers,
+            workers=workers,
+            gzip=gzip,
+            max_bad_fraction=max_bad_fraction,
+            overwrite=True,
+            beam_args=list(beam_args),
+        )
+    )
+    staged.metadata.update(
+        {
+            "records": result["records"],
+            "bad_rows": result["bad_rows"],
+            "format": result["format"],
+            "input_digest": result["input_fingerprint"]["digest"],
+            "splits": {k: v["count"] for k, v in result["statistics"].items()},
+        }
+    )
+    _write_markdown(summary, summary_markdown(result))
+
+
+def version_task(
+    *,
+    staged: Any,
+    registry_root: str,
+    dataset_name: str,
+    bump: str,
+    run_id: str,
+    dataset: Any,
+    card: Any,
+) -> None:
+    """Publish the staged shards; point ``dataset`` at the version folder and describe it."""
+    from tfrecord_suite.registry.card import dataset_card
+    from tfrecord_suite.registry.registry import Registry
+
+    _setup_logging()
+    registry = Registry(registry_root)
+    result = registry.publish(
+        staged.uri,
+        dataset_name,
+        bump,
+        producer={"image": images.COMPONENT_IMAGE, "pipeline_run_id": run_id or None},
+    )
+    m = result.manifest
+    dataset.uri = result.uri
+    dataset.metadata.update(
+        {
+            "name": dataset_name,
+            "version": result.version,
+            "ref": f"{storage.join(registry.root, dataset_name)}@{result.version}",
+            "version_uri": result.uri,
+            "digest": m["content_digest"],
+            "created": result.created,
+            "records": m["totals"]["records"],
+            "splits": {k: v["records"] for k, v in m["splits"].items()},
+            "parent": m["parent"],
+        }
+    )
+    parent = registry.manifest(dataset_name, m["parent"]) if m["parent"] else None
+    _write_markdown(card, dataset_card(m, parent))
+
+
+def train_task(
+    *,
+    dataset: Any,
+    strategy: str,
+    cpu_devices: int,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    model_fn: str,
+    model: Any,
+    metrics: Any,
+    classification_metrics: Any,
+    report: Any,
+) -> None:
+    """Train on the version ``dataset`` points to; fill the model, metrics and report artifacts."""
+    from tfrecord_suite.train.trainer import TrainConfig, run_train
+
+    _setup_logging()
+    ref = dataset.metadata.get("ref") or dataset.uri
+    result = run_train(
+        TrainConfig(
+            dataset=ref,
+            model_dir=model.uri,
+            strategy=strategy,
+            cpu_devices=cpu_devices,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            model_fn=model_fn or None,
+        )
+    )
+    model.metadata.update(
+        {
+            "dataset": result["dataset"],
+            "dataset_digest": result["dataset_digest"],
+            "export_dir": result["export_dir"],
+            "framework": "tensorflow",
+            "strategy": result["strategy"],
+        }
+    )
+    for split, values in result["evaluation"].items():
+        for name, value in values.items():
+            metrics.log_metric(f"{split}_{name}", round(float(value), 6))
+    metrics.log_metric("examples_per_second", round(result["examples_per_second"], 1))
+    if result.get("input"):
+        metrics.log_metric("input_wait_share", round(result["input"]["input_wait_share"], 4))
+    check = result.get("serving_check")
+    if check:
+        classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
+    from tfrecord_suite.train.report import REPORT_MD
+
+    _write_markdown(report, storage.read_text(storage.join(result["model_dir"], REPORT_MD)))
+
+
+def report_task(*, dataset: Any, model: Any, metrics: Any, summary: Any) -> str:
+    """A closing Markdown summary: where the dataset version, the model and the metrics are."""
+    lines = [
+        "# tfrecord-suite run",
+        "",
+        f"- Dataset version: `{dataset.metadata.get('ref')}` at `{dataset.uri}` "
+        f"({dataset.metadata.get('records')} records, digest "
+        f"`{str(dataset.metadata.get('digest', ''))[:16]}`)",
+        f"- Model (SavedModel, serving_default takes serialized tf.Example): "
+        f"`{model.metadata.get('export_dir', model.uri)}`",
+        f"- Metrics: `{storage.join(model.uri, 'metrics.json')}`",
+        "",
+        "| metric | value |",
+        "|---|---:|",
+    ]
+    lines += [f"| {k} | {v} |" for k, v in sorted(metrics.metadata.items())]
+    text = "\n".join(lines) + "\n"
+    _write_markdown(summary, text)
+    return json.dumps(
+        {
+            "dataset_ref": dataset.metadata.get("ref"),
+            "dataset_uri": dataset.uri,
+            "model_uri": model.uri,
+            "export_dir": model.metadata.get("export_dir"),
+            "metrics_file": storage.join(model.uri, "metrics.json"),
+            "metrics": dict(metrics.metadata),
+        }
+    )
