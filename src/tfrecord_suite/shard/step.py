@@ -42,7 +42,7 @@ class ShardConfig:
     Attributes:
         input: A file, folder, glob or ``gs://`` prefix.
         output: Folder or ``gs://`` prefix for the shards (must be empty unless ``overwrite``).
-        format: ``auto`` or one of :data:`~tfrecord_suite.shard.sources.FORMATS`.
+        format: ``auto``, ``csv``, ``tsv``, ``jsonl``, ``parquet``, ``images`` or ``text``.
         label: Label column (tabular); auto-detected by name when None.
         key_column: Column whose value decides the split (keeps related rows together); the
             record content decides when None.

@@ -1,0 +1,104 @@
+"""Click options generated from a config dataclass, so CLI flags map one-to-one onto its fields.
+
+Each field ``foo_bar`` becomes ``--foo-bar`` with the field's type, default and the help text from
+the dataclass's ``Attributes:`` docstring section; booleans become ``--foo/--no-foo``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """``{field: description}`` from a Google-style ``Attributes:`` docstring section."""
+    doc = cls.__doc__ or ""
+    docs: dict[str, str] = {}
+    section = doc.split("Attributes:", 1)
+    if len(section) < 2:
+        return docs
+    current = None
+    for line in section[1].splitlines():
+        m = re.match(r"^\s{4,8}(\w+):\s*(.*)$", line)
+        if m:
+            current = m[1]
+            docs[current] = m[2].strip()
+        elif current and line.strip():
+            docs[current] += " " + line.strip()
+        elif not line.strip() and current:
+            current = None
+    return {k: _plain(v) for k, v in docs.items()}
+
+
+def _plain(text: str) -> str:
+    """Docstring markup to terminal text: ``:data:`~a.b.C``` -> ``C``, double backticks dropped."""
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
+class _Size(click.ParamType):
+    """``HEIGHTxWIDTH`` -> ``(height, width)``."""
+
+    name = "HxW"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        m = re.fullmatch(r"(\d+)[xX](\d+)", str(value))
+        if not m or int(m[1]) < 1 or int(m[2]) < 1:
+            self.fail(f"{value!r} is not HEIGHTxWIDTH, e.g. 224x224", param, ctx)
+        return int(m[1]), int(m[2])
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def dataclass_options(
+    cls: type, exclude: Sequence[str] = (), required: Sequence[str] = ()
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a click command with one option per dataclass field."""
+    hints = typing.get_type_hints(cls)
+    docs = attribute_docs(cls)
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for field in reversed(dataclasses.fields(cls)):
+            if field.name in exclude:
+                continue
+            tp, optional = _unwrap_optional(hints[field.name])
+            flag = "--" + field.name.replace("_", "-")
+            default = None if field.default is dataclasses.MISSING else field.default
+            kwargs: dict[str, Any] = {"help": docs.get(field.name, ""), "show_default": True}
+            if field.name in required or (field.default is dataclasses.MISSING
+                                           and field.default_factory is dataclasses.MISSING):
+                kwargs["required"] = True
+            if tp is bool:
+                opt = click.option(f"{flag}/--no-{flag[2:]}", field.name, default=default, **kwargs)
+            elif typing.get_origin(tp) is tuple:
+                opt = click.option(flag, field.name, type=_Size(), default=default, **kwargs)
+            elif tp in (int, float, str):
+                opt = click.option(flag, field.name, type=tp, default=default, **kwargs)
+            else:
+                continue
+            del optional
+            fn = opt(fn)
+        return fn
+
+    return decorate
+
+
+def build(cls: type, values: dict[str, Any], **extra: Any) -> Any:
+    """Instantiate ``cls`` from parsed CLI values (ignoring keys that are not fields)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names}, **extra)
