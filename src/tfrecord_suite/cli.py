@@ -28,7 +28,11 @@ def _known_errors() -> tuple[type[BaseException], ...]:
     from tfrecord_suite.shard.sources import InputError
 
     errors: list[type[BaseException]] = [
-        ValueError, FileNotFoundError, RegistryError, SchemaError, InputError,
+        ValueError,
+        FileNotFoundError,
+        RegistryError,
+        SchemaError,
+        InputError,
         storage.StorageError,
     ]
     from tfrecord_suite.shard.step import ShardError
@@ -81,8 +85,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def main(debug: bool, verbose: bool) -> None:
     """Raw data -> sharded TFRecords -> versioned datasets -> distributed training, on Kubeflow."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -114,19 +120,34 @@ def shard(as_json: bool, beam_args: tuple[str, ...], **values: Any) -> None:
 
 
 def _shard_brief(s: dict[str, Any]) -> dict[str, Any]:
-    return {k: s[k] for k in ("output", "format", "records", "bad_rows", "rows_read",
-                              "dead_letter", "seconds", "beam_metrics")} | {
+    return {
+        k: s[k]
+        for k in (
+            "output",
+            "format",
+            "records",
+            "bad_rows",
+            "rows_read",
+            "dead_letter",
+            "seconds",
+            "beam_metrics",
+        )
+    } | {
         "splits": {k: v["count"] for k, v in s["statistics"].items()},
         "shards": [x["path"] for x in s["shards"]],
     }
 
 
 def _shard_human(s: dict[str, Any]) -> str:
-    lines = [f"{s['records']} records ({s['format']}, {s['bad_rows']} bad rows) -> {s['output']} "
-             f"in {s['seconds']:.1f} s"]
+    lines = [
+        f"{s['records']} records ({s['format']}, {s['bad_rows']} bad rows) -> {s['output']} "
+        f"in {s['seconds']:.1f} s"
+    ]
     for split, p in s["plan"]["splits"].items():
-        lines.append(f"  {split}: {p['records']} records in {p['num_shards']} shard(s) "
-                     f"[{'; '.join(p['reasons'])}]")
+        lines.append(
+            f"  {split}: {p['records']} records in {p['num_shards']} shard(s) "
+            f"[{'; '.join(p['reasons'])}]"
+        )
     if s["dead_letter"]:
         lines.append(f"  dead letters: {s['dead_letter']}")
     return "\n".join(lines)
@@ -156,19 +177,35 @@ def _parse_ref(ref: str) -> tuple[Any, str, Any]:
 @click.option("--staged", required=True, help="A shard step's output folder.")
 @click.option("--registry", "root", required=True, help="Registry root (folder or gs://).")
 @click.option("--dataset", required=True, help="Dataset name.")
-@click.option("--bump", default="auto", show_default=True,
-              type=click.Choice(["auto", "major", "minor", "patch"]), help="Version bump.")
+@click.option(
+    "--bump",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "major", "minor", "patch"]),
+    help="Version bump.",
+)
 @json_option
 @friendly_errors
 def version_publish(staged: str, root: str, dataset: str, bump: str, as_json: bool) -> None:
     """Publish staged shards as a new version (idempotent for identical content)."""
     result = _registry(root).publish(staged, dataset, bump)
-    out = {"dataset": dataset, "version": result.version, "uri": result.uri,
-           "created": result.created, "bump": result.manifest["bump"],
-           "reasons": result.manifest["bump_reasons"], "digest": result.manifest["content_digest"]}
-    _emit(out, as_json, lambda o: (
-        f"{'published' if o['created'] else 'already published as'} {dataset}@{o['version']} "
-        f"({o['bump']}: {'; '.join(o['reasons'])}) at {o['uri']}"))
+    out = {
+        "dataset": dataset,
+        "version": result.version,
+        "uri": result.uri,
+        "created": result.created,
+        "bump": result.manifest["bump"],
+        "reasons": result.manifest["bump_reasons"],
+        "digest": result.manifest["content_digest"],
+    }
+    _emit(
+        out,
+        as_json,
+        lambda o: (
+            f"{'published' if o['created'] else 'already published as'} {dataset}@{o['version']} "
+            f"({o['bump']}: {'; '.join(o['reasons'])}) at {o['uri']}"
+        ),
+    )
 
 
 @version.command("list")
@@ -182,9 +219,15 @@ def version_list(root: str, dataset: str | None, as_json: bool) -> None:
     out = {}
     for name in [dataset] if dataset else reg.datasets():
         out[name] = {"versions": [str(v) for v in reg.versions(name)], "aliases": reg.aliases(name)}
-    _emit(out, as_json, lambda o: "\n".join(
-        f"{n}: {', '.join(d['versions']) or '(none)'}"
-        + (f"  aliases: {d['aliases']}" if d["aliases"] else "") for n, d in o.items()))
+    _emit(
+        out,
+        as_json,
+        lambda o: "\n".join(
+            f"{n}: {', '.join(d['versions']) or '(none)'}"
+            + (f"  aliases: {d['aliases']}" if d["aliases"] else "")
+            for n, d in o.items()
+        ),
+    )
 
 
 @version.command("show")
@@ -219,8 +262,11 @@ def version_verify(ref: str, as_json: bool) -> None:
             for p in exc.problems:
                 click.echo(f"BAD {p}", err=True)
         sys.exit(1)
-    _emit(result, as_json, lambda r: f"OK {dataset}@{v}: {r['shards']} shards, "
-                                     f"{r['records']} records verified")
+    _emit(
+        result,
+        as_json,
+        lambda r: f"OK {dataset}@{v}: {r['shards']} shards, {r['records']} records verified",
+    )
 
 
 @version.command("diff")
@@ -240,7 +286,9 @@ def version_diff(ref_a: str, ref_b: str, as_json: bool) -> None:
         lines = [f"{dataset} {a} -> {b}: needs {d['bump_needed'] or 'no'} bump"]
         lines += [f"  breaking: {x}" for x in d["schema"]["breaking"]]
         lines += [f"  compatible: {x}" for x in d["schema"]["compatible"]]
-        lines += [f"  {s}: {c['from']} -> {c['to']} ({c['change']:+d})" for s, c in d["splits"].items()]
+        lines += [
+            f"  {s}: {c['from']} -> {c['to']} ({c['change']:+d})" for s, c in d["splits"].items()
+        ]
         return "\n".join(lines)
 
     _emit(d, as_json, human)
@@ -249,8 +297,11 @@ def version_diff(ref_a: str, ref_b: str, as_json: bool) -> None:
 @version.command("alias")
 @click.argument("ref")
 @click.option("--name", required=True, help="Alias to set (e.g. stable).")
-@click.option("--expect", default=None,
-              help="Only if the alias points to this version now ('none': must not exist).")
+@click.option(
+    "--expect",
+    default=None,
+    help="Only if the alias points to this version now ('none': must not exist).",
+)
 @json_option
 @friendly_errors
 def version_alias(ref: str, name: str, expect: str | None, as_json: bool) -> None:
@@ -264,23 +315,33 @@ def version_alias(ref: str, name: str, expect: str | None, as_json: bool) -> Non
     except storage.PreconditionFailed as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    _emit({"dataset": dataset, "alias": name, "version": str(v)}, as_json,
-          lambda o: f"{dataset}@{name} -> {v}")
+    _emit(
+        {"dataset": dataset, "alias": name, "version": str(v)},
+        as_json,
+        lambda o: f"{dataset}@{name} -> {v}",
+    )
 
 
 @version.command("gc")
 @click.option("--registry", "root", required=True, help="Registry root.")
 @click.option("--dataset", required=True, help="Dataset name.")
-@click.option("--grace-seconds", default=3600.0, show_default=True,
-              help="Leave unpublished attempts younger than this (a publish may be running).")
+@click.option(
+    "--grace-seconds",
+    default=3600.0,
+    show_default=True,
+    help="Leave unpublished attempts younger than this (a publish may be running).",
+)
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 @json_option
 @friendly_errors
 def version_gc(root: str, dataset: str, grace_seconds: float, dry_run: bool, as_json: bool) -> None:
     """Remove staging files left by crashed or losing publishers."""
     removed = _registry(root).gc(dataset, grace_seconds, dry_run)
-    _emit({"removed": removed, "dry_run": dry_run}, as_json,
-          lambda o: "\n".join(o["removed"]) or "nothing to remove")
+    _emit(
+        {"removed": removed, "dry_run": dry_run},
+        as_json,
+        lambda o: "\n".join(o["removed"]) or "nothing to remove",
+    )
 
 
 # ----------------------------------------------------------------------------------------- train
@@ -301,11 +362,18 @@ def train(as_json: bool, **values: Any) -> None:
     from tfrecord_suite.train.trainer import TrainConfig, run_train
 
     metrics = run_train(cliutil.build(TrainConfig, values))
-    _emit(metrics, as_json, lambda m: (
-        f"trained on {m['dataset']} ({m['strategy']}, {m['replicas']} replicas): "
-        + ", ".join(f"{s} " + " ".join(f"{k}={v:.4f}" for k, v in e.items())
-                    for s, e in m["evaluation"].items())
-        + f"\nmodel: {m['export_dir']}\nmetrics: {storage.join(m['model_dir'], 'metrics.json')}"))
+    _emit(
+        metrics,
+        as_json,
+        lambda m: (
+            f"trained on {m['dataset']} ({m['strategy']}, {m['replicas']} replicas): "
+            + ", ".join(
+                f"{s} " + " ".join(f"{k}={v:.4f}" for k, v in e.items())
+                for s, e in m["evaluation"].items()
+            )
+            + f"\nmodel: {m['export_dir']}\nmetrics: {storage.join(m['model_dir'], 'metrics.json')}"
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------ run / demo
@@ -313,14 +381,21 @@ def train(as_json: bool, **values: Any) -> None:
 
 def _run_human(r: dict[str, Any]) -> str:
     metrics = ", ".join(f"{k}={v}" for k, v in sorted(r["metrics"].items()))
-    return (f"dataset version: {r['dataset_ref']}\n  folder: {r['dataset_uri']}\n"
-            f"model: {r['export_dir']}\nmetrics: {r['metrics_file']}\n  {metrics}")
+    return (
+        f"dataset version: {r['dataset_ref']}\n  folder: {r['dataset_uri']}\n"
+        f"model: {r['export_dir']}\nmetrics: {r['metrics_file']}\n  {metrics}"
+    )
 
 
 @main.command()
 @click.option("--input", "input_uri", required=True, help="Raw data: file, folder, glob or gs://.")
-@click.option("--format", "input_format", default="auto", show_default=True,
-              help="auto, csv, tsv, jsonl, parquet, images or text.")
+@click.option(
+    "--format",
+    "input_format",
+    default="auto",
+    show_default=True,
+    help="auto, csv, tsv, jsonl, parquet, images or text.",
+)
 @click.option("--workdir", required=True, help="Local folder standing in for the bucket.")
 @click.option("--dataset-name", default=None, help="Registry name (default: from the input).")
 @click.option("--label", default="", help="Label column (tabular).")
@@ -328,13 +403,28 @@ def _run_human(r: dict[str, Any]) -> str:
 @click.option("--batch-size", default=64, show_default=True, type=int)
 @click.option("--learning-rate", default=0.001, show_default=True, type=float)
 @click.option("--strategy", default="auto", show_default=True)
-@click.option("--cpu-devices", default=1, show_default=True, type=int,
-              help="Logical CPU devices (MirroredStrategy without GPUs).")
+@click.option(
+    "--cpu-devices",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Logical CPU devices (MirroredStrategy without GPUs).",
+)
 @json_option
 @friendly_errors
-def run(input_uri: str, input_format: str, workdir: str, dataset_name: str | None, label: str,
-        epochs: int, batch_size: int, learning_rate: float, strategy: str, cpu_devices: int,
-        as_json: bool) -> None:
+def run(
+    input_uri: str,
+    input_format: str,
+    workdir: str,
+    dataset_name: str | None,
+    label: str,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    strategy: str,
+    cpu_devices: int,
+    as_json: bool,
+) -> None:
     """Run the whole pipeline DAG locally with kfp.local (shard -> version -> train -> report)."""
     from tfrecord_suite.local_run import run_local
     from tfrecord_suite.registry.semver import check_name
@@ -344,12 +434,22 @@ def run(input_uri: str, input_format: str, workdir: str, dataset_name: str | Non
     if input_format == "auto":
         sources.detect_format(input_uri, files)
     elif input_format not in sources.FORMATS:
-        raise ValueError(f"--format {input_format!r}: use auto or one of {', '.join(sources.FORMATS)}")
+        raise ValueError(
+            f"--format {input_format!r}: use auto or one of {', '.join(sources.FORMATS)}"
+        )
     name = check_name(dataset_name or _default_name(input_uri))
-    result = run_local(input_uri=input_uri, workdir=workdir, dataset_name=name,
-                       input_format=input_format, label=label, epochs=epochs,
-                       batch_size=batch_size, learning_rate=learning_rate, strategy=strategy,
-                       cpu_devices=cpu_devices)
+    result = run_local(
+        input_uri=input_uri,
+        workdir=workdir,
+        dataset_name=name,
+        input_format=input_format,
+        label=label,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        strategy=strategy,
+        cpu_devices=cpu_devices,
+    )
     _emit(result, as_json, _run_human)
 
 
@@ -361,8 +461,12 @@ def _default_name(input_uri: str) -> str:
 
 
 @main.command()
-@click.option("--workdir", default="demo-bucket", show_default=True,
-              help="Local folder standing in for the bucket.")
+@click.option(
+    "--workdir",
+    default="demo-bucket",
+    show_default=True,
+    help="Local folder standing in for the bucket.",
+)
 @json_option
 @friendly_errors
 def demo(workdir: str, as_json: bool) -> None:
@@ -383,15 +487,21 @@ def demo(workdir: str, as_json: bool) -> None:
     ):
         click.echo(f"== {name}: {path}", err=True)
         results[name] = run_local(input_uri=path, workdir=workdir, dataset_name=name, **params)
-    _emit(results, as_json, lambda rs: "\n\n".join(f"== {n}\n{_run_human(r)}" for n, r in rs.items()))
+    _emit(
+        results, as_json, lambda rs: "\n\n".join(f"== {n}\n{_run_human(r)}" for n, r in rs.items())
+    )
 
 
 # ------------------------------------------------------------------------------ compile / submit
 
 
 @main.command("compile")
-@click.option("--output", default="pipelines/tfrecord_suite_pipeline.yaml", show_default=True,
-              help="Where to write the pipeline YAML.")
+@click.option(
+    "--output",
+    default="pipelines/tfrecord_suite_pipeline.yaml",
+    show_default=True,
+    help="Where to write the pipeline YAML.",
+)
 @json_option
 @friendly_errors
 def compile_(output: str, as_json: bool) -> None:
@@ -413,15 +523,30 @@ def compile_(output: str, as_json: bool) -> None:
 @click.option("--timeout", default=3600, show_default=True, help="Seconds to wait with --wait.")
 @json_option
 @friendly_errors
-def submit(host: str, experiment: str, params: tuple[str, ...], schedule: str | None,
-           run_name: str | None, pipeline_name: str, wait: bool, timeout: int,
-           as_json: bool) -> None:
+def submit(
+    host: str,
+    experiment: str,
+    params: tuple[str, ...],
+    schedule: str | None,
+    run_name: str | None,
+    pipeline_name: str,
+    wait: bool,
+    timeout: int,
+    as_json: bool,
+) -> None:
     """Upload a pipeline version and start a run (or a recurring run) with kfp.Client."""
     from tfrecord_suite.submit import parse_params, submit_pipeline
 
-    result = submit_pipeline(host=host, experiment=experiment, params=parse_params(params),
-                             schedule=schedule, run_name=run_name, pipeline_name=pipeline_name,
-                             wait=wait, timeout=timeout)
+    result = submit_pipeline(
+        host=host,
+        experiment=experiment,
+        params=parse_params(params),
+        schedule=schedule,
+        run_name=run_name,
+        pipeline_name=pipeline_name,
+        wait=wait,
+        timeout=timeout,
+    )
     _emit(result, as_json)
     if wait and result.get("state") not in (None, "SUCCEEDED"):
         sys.exit(1)

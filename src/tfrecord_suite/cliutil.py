@@ -80,8 +80,10 @@ def dataclass_options(
             flag = "--" + field.name.replace("_", "-")
             default = None if field.default is dataclasses.MISSING else field.default
             kwargs: dict[str, Any] = {"help": docs.get(field.name, ""), "show_default": True}
-            if field.name in required or (field.default is dataclasses.MISSING
-                                           and field.default_factory is dataclasses.MISSING):
+            if field.name in required or (
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING
+            ):
                 kwargs["required"] = True
             if tp is bool:
                 opt = click.option(f"{flag}/--no-{flag[2:]}", field.name, default=default, **kwargs)

