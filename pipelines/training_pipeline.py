@@ -5,6 +5,7 @@ YAML for the Kubeflow UI; both use this function unchanged.
 """
 
 from kfp import dsl
+
 from tfrecord_suite.components.data import fingerprint_op, shard_op, version_op
 from tfrecord_suite.components.training import report_op, train_op
 

@@ -90,7 +90,7 @@ def test_gcs_create_if_absent_and_cas_on_fake_gcs_server(strict_gcs_bucket):
     assert storage.create_if_absent(uri, b"first")
     assert not storage.create_if_absent(uri, b"second")
     assert storage.read_text(uri) == "first"
-    data, token = storage.read_with_token(uri)
+    _, token = storage.read_with_token(uri)
     storage.compare_and_swap(uri, b"third", token)
     with pytest.raises(storage.PreconditionFailed):
         storage.compare_and_swap(uri, b"stale", token)
