@@ -24,6 +24,7 @@ DEFAULT_NA_VALUES = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "?")
 _SAFE_NAME = re.compile(r"[^0-9A-Za-z_]")
 _MAX_CATEGORICAL_CARDINALITY = 1000
 _MAX_CATEGORICAL_LENGTH = 64
+_NUMERIC_SHARE = 0.99
 
 
 class SchemaError(ValueError):
@@ -225,9 +226,10 @@ def infer_tabular_schema(
 ) -> Schema:
     """Infer a schema from sample rows of a table.
 
-    Each column becomes ``int64`` if every present value is an integer, ``float32`` if every value
-    is a number, else ``string``; short, low-cardinality strings are ``categorical``, the rest
-    ``text``. The label is ``label`` if given, else the first column named like a label.
+    Each column becomes ``int64`` if (nearly) every present value is an integer, ``float32`` if
+    (nearly) every value is a number, else ``string``; short, low-cardinality strings are
+    ``categorical``, the rest ``text``. "Nearly": up to 1% of the sampled values may fail to parse,
+    so one typo does not turn a numeric column into strings; such rows become dead letters. The label is ``label`` if given, else the first column named like a label.
 
     Args:
         columns: Column names in file order.
@@ -255,12 +257,14 @@ def infer_tabular_schema(
     features = []
     for c in columns:
         present = values[c]
-        if present and all(_is_int(v) for v in present):
+        ints = [int(v) for v in present if _is_int(v)]
+        floats = [float(v) for v in present if _is_float(v)]
+        if present and len(ints) >= _NUMERIC_SHARE * len(present) and len(ints) == len(floats):
             dtype, kind = "int64", "numeric"
-            default = round(sum(int(v) for v in present) / len(present))
-        elif present and all(_is_float(v) for v in present):
+            default = round(sum(ints) / len(ints))
+        elif present and len(floats) >= _NUMERIC_SHARE * len(present):
             dtype, kind = "float32", "numeric"
-            default = float(sum(float(v) for v in present) / len(present))
+            default = float(sum(floats) / len(floats))
         else:
             dtype, default = "string", ""
             distinct = {str(v) for v in present}

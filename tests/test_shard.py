@@ -1,0 +1,164 @@
+"""Integration tests: the Beam shard step for real on the DirectRunner, into temporary folders."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from conftest import write_csv
+from tfrecord_suite import storage
+from tfrecord_suite.schema import Schema, parse_spec
+from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard
+
+
+def read_all(output: str, split: str, gzip: bool = False) -> list[dict]:
+    import tensorflow as tf
+
+    schema = Schema.from_json(storage.read_text(os.path.join(output, "schema.json")))
+    files = sorted(glob.glob(os.path.join(output, f"{split}-*.tfrecord*")))
+    ds = tf.data.TFRecordDataset(files, compression_type="GZIP" if gzip else "").batch(1000)
+    out = []
+    for batch in ds.map(lambda b: tf.io.parse_example(b, parse_spec(schema, include_meta=True))):
+        keys = list(batch)
+        for i in range(len(batch[keys[0]])):
+            out.append({k: batch[k][i].numpy() for k in keys})
+    return out
+
+
+def test_penguins_csv_to_shards_readable_with_written_spec(tmp_path, penguins_csv):
+    out = str(tmp_path / "out")
+    s = run_shard(ShardConfig(input=penguins_csv, output=out))
+    assert s["records"] == 344 and s["bad_rows"] == 0
+    assert sum(s["statistics"][k]["count"] for k in ("train", "validation", "test")) == 344
+    assert 240 < s["statistics"]["train"]["count"] < 310
+    assert sorted(os.listdir(out)) == [
+        "schema.json",
+        "summary.json",
+        "summary.md",
+        "test-00000-of-00001.tfrecord",
+        "train-00000-of-00001.tfrecord",
+        "validation-00000-of-00001.tfrecord",
+    ]
+    schema = Schema.from_json(storage.read_text(os.path.join(out, "schema.json")))
+    assert schema.label == "species" and schema.label_classes == ["Adelie", "Chinstrap", "Gentoo"]
+    missing = sum(st["features"]["bill_length_mm"]["missing"] for st in s["statistics"].values())
+    assert missing == 2  # the two penguins with no measurements
+    rows = read_all(out, "train")
+    assert len(rows) == s["statistics"]["train"]["count"]
+    assert {r["species"] for r in rows} == {b"Adelie", b"Chinstrap", b"Gentoo"}
+    assert s["beam_metrics"]["records_written"] == 344
+    assert s["input_fingerprint"]["files"][0]["size"] == os.path.getsize(penguins_csv)
+    md = open(os.path.join(out, "summary.md")).read()
+    assert "| train |" in md and "bill_length_mm" in md
+
+
+def test_same_input_gives_identical_bytes(tmp_path, jsonl_file):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    run_shard(ShardConfig(input=jsonl_file, output=a, num_shards=3))
+    run_shard(ShardConfig(input=jsonl_file, output=b, num_shards=3))
+    names = sorted(n for n in os.listdir(a) if n.endswith(".tfrecord"))
+    assert len(names) == 9
+    for n in names:
+        with open(os.path.join(a, n), "rb") as fa, open(os.path.join(b, n), "rb") as fb:
+            assert fa.read() == fb.read(), n
+
+
+def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
+    good = [[i, f"{i * 0.1:.1f}", "a" if i % 2 else "b"] for i in range(200)]
+    path = write_csv(str(tmp_path / "in.csv"), ["n", "x", "label"], good)
+    with open(path, "a") as fh:
+        fh.write("7,notanumber,a\n1,2\n")
+    out = str(tmp_path / "ok")
+    s = run_shard(ShardConfig(input=path, output=out, max_bad_fraction=0.05))
+    assert s["records"] == 200 and s["bad_rows"] == 2
+    dead = [json.loads(x) for x in open(os.path.join(out, "dead_letter.jsonl"))]
+    assert {(d["row"], d["field"]) for d in dead} == {(202, "x"), (203, None)}
+    assert "not a number" in dead[0]["reason"] or "not a number" in dead[1]["reason"]
+    out2 = str(tmp_path / "strict")
+    with pytest.raises(ShardError, match=r"2 of 202 rows.*in.csv row 20[23]") as err:
+        run_shard(ShardConfig(input=path, output=out2, max_bad_fraction=0.001))
+    assert "Good records were written" in str(err.value)
+    assert json.load(open(os.path.join(out2, "summary.json")))["records"] == 200
+
+
+def test_images_encoded_raw_and_undecodable(tmp_path, digits_dir):
+    import shutil
+
+    src = str(tmp_path / "img")
+    shutil.copytree(digits_dir, src)
+    with open(os.path.join(src, "3", "broken.png"), "wb") as fh:
+        fh.write(b"this is not a png")
+    out = str(tmp_path / "enc")
+    s = run_shard(ShardConfig(input=src, output=out, max_bad_fraction=0.01))
+    assert s["records"] == 1797 and s["bad_rows"] == 1
+    assert s["schema"]["label_classes"] == [str(i) for i in range(10)]
+    rows = read_all(out, "test")
+    assert rows[0]["image"][:4] == b"\x89PNG" and rows[0]["image_height"] == 8
+    raw = str(tmp_path / "raw")
+    s = run_shard(ShardConfig(input=src, output=raw, image_encoding="raw", image_size=(16, 16)))
+    rows = read_all(raw, "validation")
+    assert len(rows[0]["image"]) == 16 * 16 * 1
+    assert s["schema"]["features"][0]["shape"] == [16, 16, 1]
+
+
+def test_parquet_text_gzip_and_overwrite(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    for part in range(3):
+        pq.write_table(
+            pa.table({"v": [float(i) for i in range(50)], "label": [i % 2 for i in range(50)]}),
+            folder / f"part-{part}.parquet",
+        )
+    out = str(tmp_path / "pq_out")
+    s = run_shard(ShardConfig(input=str(folder), output=out, gzip=True, num_shards=2))
+    assert s["records"] == 150 and s["beam_metrics"]["files_read"] == 3
+    assert sorted(n for n in os.listdir(out) if n.startswith("train")) == [
+        "train-00000-of-00002.tfrecord.gz",
+        "train-00001-of-00002.tfrecord.gz",
+    ]
+    assert len(read_all(out, "train", gzip=True)) == s["statistics"]["train"]["count"]
+    with pytest.raises(ShardError, match="not empty"):
+        run_shard(ShardConfig(input=str(folder), output=out))
+    text = tmp_path / "lines.txt"
+    text.write_text("".join(f"sentence number {i}\n" for i in range(40)))
+    s = run_shard(ShardConfig(input=str(text), output=out, overwrite=True))
+    assert s["format"] == "text" and s["records"] == 40
+    assert not [n for n in os.listdir(out) if n.endswith(".gz")]
+
+
+def test_absurd_parameters_are_refused(tmp_path, jsonl_file):
+    for kwargs, msg in (
+        ({"num_shards": 0}, "num_shards"),
+        ({"max_bad_fraction": 2}, "within"),
+        ({"splits": "train=0"}, "positive"),
+        ({"format": "xml"}, "--format"),
+        ({"workers": -1}, "at least 1"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            run_shard(ShardConfig(input=jsonl_file, output=str(tmp_path / "o"), **kwargs))
+    assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.gcs
+def test_writes_to_gcs_emulator(gcs_bucket, jsonl_file):
+    out = f"{gcs_bucket}/staged/rows"
+    s = run_shard(ShardConfig(input=jsonl_file, output=out, num_shards=2))
+    names = sorted(storage.basename(f.uri) for f in storage.list_files(out))
+    assert names == [
+        "schema.json",
+        "summary.json",
+        "summary.md",
+        "test-00000-of-00002.tfrecord",
+        "test-00001-of-00002.tfrecord",
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+        "validation-00000-of-00002.tfrecord",
+        "validation-00001-of-00002.tfrecord",
+    ]
+    assert s["records"] == 200
+    total = sum(x["records"] for x in s["shards"])
+    assert total == 200
