@@ -49,7 +49,7 @@ def test_penguins_csv_to_shards_readable_with_written_spec(tmp_path, penguins_cs
     assert {r["species"] for r in rows} == {b"Adelie", b"Chinstrap", b"Gentoo"}
     assert s["beam_metrics"]["records_written"] == 344
     assert s["input_fingerprint"]["files"][0]["size"] == os.path.getsize(penguins_csv)
-    md = open(os.path.join(out, "summary.md")).read()
+    md = storage.read_text(os.path.join(out, "summary.md"))
     assert "| train |" in md and "bill_length_mm" in md
 
 
@@ -72,14 +72,17 @@ def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
     out = str(tmp_path / "ok")
     s = run_shard(ShardConfig(input=path, output=out, max_bad_fraction=0.05))
     assert s["records"] == 200 and s["bad_rows"] == 2
-    dead = [json.loads(x) for x in open(os.path.join(out, "dead_letter.jsonl"))]
+    dead = [
+        json.loads(x)
+        for x in storage.read_text(os.path.join(out, "dead_letter.jsonl")).splitlines()
+    ]
     assert {(d["row"], d["field"]) for d in dead} == {(202, "x"), (203, None)}
     assert "not a number" in dead[0]["reason"] or "not a number" in dead[1]["reason"]
     out2 = str(tmp_path / "strict")
     with pytest.raises(ShardError, match=r"2 of 202 rows.*in.csv row 20[23]") as err:
         run_shard(ShardConfig(input=path, output=out2, max_bad_fraction=0.001))
     assert "Good records were written" in str(err.value)
-    assert json.load(open(os.path.join(out2, "summary.json")))["records"] == 200
+    assert json.loads(storage.read_text(os.path.join(out2, "summary.json")))["records"] == 200
 
 
 def test_images_encoded_raw_and_undecodable(tmp_path, digits_dir):

@@ -229,7 +229,8 @@ def infer_tabular_schema(
     Each column becomes ``int64`` if (nearly) every present value is an integer, ``float32`` if
     (nearly) every value is a number, else ``string``; short, low-cardinality strings are
     ``categorical``, the rest ``text``. "Nearly": up to 1% of the sampled values may fail to parse,
-    so one typo does not turn a numeric column into strings; such rows become dead letters. The label is ``label`` if given, else the first column named like a label.
+    so one typo does not turn a numeric column into strings; such rows become dead letters.
+    The label is ``label`` if given, else the first column named like a label.
 
     Args:
         columns: Column names in file order.
