@@ -93,7 +93,7 @@ def test_publish_bump_rules_and_idempotency(tmp_path):
         label_classes=["0", "1"],
     )
     staged_added = make_staged(str(tmp_path / "s4"), n=120, schema=added)
-    with pytest.raises(BumpRefused, match="need a minor bump.*'extra' added"):
+    with pytest.raises(BumpRefused, match=r"need a minor bump.*'extra' added"):
         reg.publish(staged_added, "rows", bump="patch")
     assert reg.publish(staged_added, "rows").version == "1.2.0"
     changed = Schema(
