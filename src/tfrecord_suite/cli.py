@@ -79,6 +79,13 @@ def _emit(result: Any, as_json: bool, human: Callable[[Any], str] | None = None)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 
 
+def _stdout_for(as_json: bool) -> Any:
+    """With ``--json``, send everything else printed to stdout (Keras progress...) to stderr."""
+    import contextlib
+
+    return contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="tfrecord-suite")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -115,7 +122,8 @@ def shard(as_json: bool, beam_args: tuple[str, ...], **values: Any) -> None:
     from tfrecord_suite.shard.step import ShardConfig, run_shard
 
     config = cliutil.build(ShardConfig, values, beam_args=list(beam_args))
-    summary = run_shard(config)
+    with _stdout_for(as_json):
+        summary = run_shard(config)
     _emit(_shard_brief(summary) if as_json else summary, as_json, _shard_human)
 
 
@@ -361,7 +369,8 @@ def train(as_json: bool, **values: Any) -> None:
     """Train on a dataset version under tf.distribute and export a servable model."""
     from tfrecord_suite.train.trainer import TrainConfig, run_train
 
-    metrics = run_train(cliutil.build(TrainConfig, values))
+    with _stdout_for(as_json):
+        metrics = run_train(cliutil.build(TrainConfig, values))
     _emit(
         metrics,
         as_json,
@@ -438,18 +447,19 @@ def run(
             f"--format {input_format!r}: use auto or one of {', '.join(sources.FORMATS)}"
         )
     name = check_name(dataset_name or _default_name(input_uri))
-    result = run_local(
-        input_uri=input_uri,
-        workdir=workdir,
-        dataset_name=name,
-        input_format=input_format,
-        label=label,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        strategy=strategy,
-        cpu_devices=cpu_devices,
-    )
+    with _stdout_for(as_json):
+        result = run_local(
+            input_uri=input_uri,
+            workdir=workdir,
+            dataset_name=name,
+            input_format=input_format,
+            label=label,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            strategy=strategy,
+            cpu_devices=cpu_devices,
+        )
     _emit(result, as_json, _run_human)
 
 
@@ -486,7 +496,8 @@ def demo(workdir: str, as_json: bool) -> None:
         ("penguins", penguins, {"epochs": 15, "batch_size": 16, "learning_rate": 0.01}),
     ):
         click.echo(f"== {name}: {path}", err=True)
-        results[name] = run_local(input_uri=path, workdir=workdir, dataset_name=name, **params)
+        with _stdout_for(as_json):
+            results[name] = run_local(input_uri=path, workdir=workdir, dataset_name=name, **params)
     _emit(
         results, as_json, lambda rs: "\n\n".join(f"== {n}\n{_run_human(r)}" for n, r in rs.items())
     )

@@ -59,9 +59,10 @@ class BumpRefused(RegistryError):
 class VerificationError(RegistryError):
     """A version's files do not match its manifest."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], bad_shards: list[dict[str, Any]] | None = None):
         super().__init__("; ".join(problems))
         self.problems = problems
+        self.bad_shards = bad_shards or []
 
 
 # ----------------------------------------------------------------------------- reading shards
@@ -526,16 +527,19 @@ class Registry:
         """
         manifest = self.manifest(dataset, version)
         vdir = self.version_dir(dataset, version)
-        problems = []
+        problems, bad = [], []
         for s in manifest["shards"]:
             uri = storage.join(vdir, s["path"])
+            n_before = len(problems)
             try:
                 scan = scan_shard(uri, bool(naming.parse_shard_name(s["name"])["gzip"]))
             except FileNotFoundError:
                 problems.append(f"{s['path']}: missing")
+                bad.append(s)
                 continue
             except RegistryError as exc:
                 problems.append(f"{s['path']}: {exc}")
+                bad.append(s)
                 continue
             if scan.bytes != s["bytes"]:
                 problems.append(f"{s['path']}: {scan.bytes} bytes, manifest says {s['bytes']}")
@@ -547,8 +551,10 @@ class Registry:
                 problems.append(
                     f"{s['path']}: {scan.records} records, manifest says {s['records']}"
                 )
+            if len(problems) > n_before:
+                bad.append(s)
         if problems:
-            raise VerificationError([f"{dataset}@{version}: {p}" for p in problems])
+            raise VerificationError([f"{dataset}@{version}: {p}" for p in problems], bad)
         return {
             "dataset": dataset,
             "version": str(version),

@@ -41,6 +41,18 @@ def is_chief(config: dict[str, Any] | None = None) -> bool:
     return kind == "worker" and index == 0 and not has_chief
 
 
+def task_id(config: dict[str, Any] | None = None) -> list[str]:
+    """``["worker-1"]``-style path part naming this task in a cluster; ``[]`` when alone.
+
+    Each task backs up to its own folder: Keras writes one weights file per process and two
+    processes must never write the same file.
+    """
+    task = (config if config is not None else tf_config()).get("task", {})
+    if not task:
+        return []
+    return [f"{task.get('type', 'worker')}-{int(task.get('index', 0))}"]
+
+
 def split_cpu(num_devices: int) -> None:
     """Split the CPU into ``num_devices`` logical devices (tests and demos without GPUs).
 

@@ -190,6 +190,7 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
 
     """
     config.validate()
+    import tensorflow as tf
 
     manifest, vdir = resolve_dataset(config.dataset)
     strategy = strategy_lib.make_strategy(config.strategy, config.cpu_devices, config.tpu)
@@ -256,13 +257,21 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
     build = models.load_model_fn(config.model_fn) if config.model_fn else models.default_model
     with strategy.scope():
         model = build(ctx)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        _patch_for_multi_worker(
+            model,
+            strategy,
+            make_dataset(
+                files["train"], schema, probe_reader, statistics=statistics, compression=compression
+            ),
+        )
 
     model_dir = storage.normalize(config.model_dir)
     work_dir = model_dir if chief else tempfile.mkdtemp(prefix="worker-")
     timer = _EpochTimer()
     callbacks = [
         keras.callbacks.BackupAndRestore(
-            backup_dir=storage.join(model_dir, "backup"),
+            backup_dir=storage.join(model_dir, "backup", *strategy_lib.task_id()),
             save_freq=config.checkpoint_every_steps or "epoch",
             delete_checkpoint=True,
         ),
@@ -305,6 +314,7 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
                 ).items()
             }
 
+    trained_digest = weights_digest(model)  # before the probe's extra steps change the weights
     export_dir = storage.join(work_dir, EXPORT_DIR)
     export_serving_model(model, decoder, schema, export_dir)
     probe = {}
@@ -330,12 +340,14 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
         "evaluation": evaluation,
         "input": probe,
         "bad_records_skipped": bad_records,
+        "weights_digest": trained_digest,
+        "chief": chief,
         "model_dir": model_dir,
         "export_dir": export_dir,
     }
     if chief and num_classes and splits.get("test", {}).get("records"):
         metrics["serving_check"] = serving_evaluation(
-            export_dir, files["test"], schema, compression
+            export_dir, files["test"], schema, compression, config.skip_bad_records
         )
     if chief:
         storage.write_text(
@@ -345,6 +357,46 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
 
         report.write_report(model_dir, metrics, schema)
     return metrics
+
+
+def _patch_for_multi_worker(model: Any, strategy: Any, local_dataset: Any) -> None:
+    """Work around two Keras 3 bugs with MultiWorkerMirroredStrategy (seen with Keras 3.15).
+
+    1. Keras builds a model under a strategy by reducing the first *distributed* batch across
+       replicas (``strategy.reduce("MEAN", batch)``); the collective reduce cannot take a dict of
+       features. We build model, metrics and optimizer from one local batch instead and make the
+       per-``fit`` build a no-op (everything it would build exists by then).
+    2. Keras reduces each step's scalar logs with ``strategy.reduce("MEAN", v, axis=0)``, which
+       fails on rank-0 tensors. The logs are already synchronized metric values, so giving them a
+       leading axis of 1 makes that reduce a correct no-op.
+    """
+    import tensorflow as tf
+
+    batch = next(iter(local_dataset))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+    model._maybe_symbolic_build = lambda *args, **kwargs: None
+
+    def with_axis(step: Any) -> Any:
+        def wrapped(data: Any) -> Any:
+            return {k: tf.reshape(v, [-1]) for k, v in step(data).items()}
+
+        return wrapped
+
+    model.train_step = with_axis(model.train_step)
+    model.test_step = with_axis(model.test_step)
+
+
+def weights_digest(model: Any) -> str:
+    """SHA-256 over every weight of the model: equal on workers that trained in sync."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for w in model.weights:
+        digest.update(w.numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
@@ -361,9 +413,26 @@ def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
                 f"refusing to train on a version that fails verification: {exc}. Pass "
                 "--skip-bad-records to train anyway, skipping unreadable records"
             ) from None
-        _LOG.warning("training despite failed verification (--skip-bad-records): %s", exc)
-        return len(exc.problems)
+        lost = sum(
+            s["records"] - _readable_records(storage.join(vdir, s["path"]), manifest)
+            for s in exc.bad_shards
+        )
+        _LOG.warning(
+            "training despite failed verification (--skip-bad-records), %d records unreadable: %s",
+            lost,
+            exc,
+        )
+        return lost
     return 0
+
+
+def _readable_records(uri: str, manifest: dict[str, Any]) -> int:
+    import tensorflow as tf
+
+    if not storage.exists(uri):
+        return 0
+    ds = tf.data.TFRecordDataset(uri, compression_type="GZIP" if manifest.get("gzip") else "")
+    return int(ds.ignore_errors().reduce(0, lambda n, _: n + 1))
 
 
 def _profile_range(spec: str) -> Any:
@@ -402,7 +471,13 @@ def export_serving_model(model: Any, decoder: FeatureDecoder, schema: Schema, pa
     archive.write_out(path, verbose=False)
 
 
-def serving_evaluation(export_dir: str, files: list[str], schema: Schema, compression: str) -> dict:
+def serving_evaluation(
+    export_dir: str,
+    files: list[str],
+    schema: Schema,
+    compression: str,
+    skip_bad_records: bool = False,
+) -> dict:
     """Accuracy and confusion matrix of the exported model on raw serialized examples."""
     import numpy as np
     import tensorflow as tf
@@ -417,7 +492,10 @@ def serving_evaluation(export_dir: str, files: list[str], schema: Schema, compre
     n = len(schema.label_classes)
     index = {c: i for i, c in enumerate(schema.label_classes)}
     matrix = np.zeros((n, n), dtype=np.int64)
-    for batch in tf.data.TFRecordDataset(files, compression_type=compression).batch(512):
+    records = tf.data.TFRecordDataset(files, compression_type=compression)
+    if skip_bad_records:
+        records = records.ignore_errors()
+    for batch in records.batch(512):
         pred = serve(examples=batch)["class_id"].numpy()
         labels = tf.io.parse_example(batch, label_spec)[schema.label].numpy()
         for y, p in zip(labels, pred, strict=True):
