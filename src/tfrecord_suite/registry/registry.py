@@ -221,6 +221,7 @@ class Registry:
                 latest = self.latest(dataset)
                 if latest is not None:
                     return latest
+                raise RegistryError(f"dataset {dataset!r} has no published versions in {self.root}")
             raise RegistryError(f"{dataset} has no alias {selector!r} in {self.root}")
         return target
 

@@ -1,0 +1,45 @@
+"""The compiled pipeline: up to date, valid against the pipeline spec proto, needs only kfp."""
+
+import subprocess
+import sys
+
+import yaml
+
+from tfrecord_suite.pipelines.compile import COMPILED_YAML, compile_pipeline
+
+
+def _docs(path):
+    with open(path) as fh:
+        return list(yaml.safe_load_all(fh))
+
+
+def test_committed_yaml_is_up_to_date(tmp_path):
+    fresh = compile_pipeline(str(tmp_path / "p.yaml"))
+    assert _docs(fresh) == _docs(COMPILED_YAML), (
+        "pipelines/tfrecord_suite_pipeline.yaml is stale: run `make compile` and commit it")
+
+
+def test_yaml_parses_as_pipeline_spec_proto():
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    docs = _docs(COMPILED_YAML)
+    spec = json_format.ParseDict(docs[0], pipeline_spec_pb2.PipelineSpec())
+    assert spec.pipeline_info.name == "tfrecord-suite"
+    tasks = spec.root.dag.tasks
+    assert set(tasks) == {"fingerprint-op", "shard-op", "version-op", "train-op", "report-op"}
+    assert tasks["version-op"].dependent_tasks == ["shard-op"]
+    assert spec.components["comp-train-op"].output_definitions.artifacts["model"].artifact_type.schema_title == "system.Model"
+    for doc in docs[1:]:
+        json_format.ParseDict(doc, pipeline_spec_pb2.PlatformSpec())
+    images = {e["container"]["image"] for e in docs[0]["deploymentSpec"]["executors"].values()}
+    assert len(images) == 1 and next(iter(images)).startswith("ghcr.io/tfrecord-suite/")
+
+
+def test_compiling_imports_no_heavy_library():
+    code = ("import sys; from tfrecord_suite.pipelines.compile import compile_pipeline; "
+            "import tempfile, os; compile_pipeline(os.path.join(tempfile.mkdtemp(), 'p.yaml')); "
+            "heavy = [m for m in ('tensorflow', 'apache_beam', 'keras') if m in sys.modules]; "
+            "print(heavy); sys.exit(bool(heavy))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
