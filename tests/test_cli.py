@@ -9,9 +9,23 @@ from click.testing import CliRunner
 
 from tfrecord_suite.cli import main
 
-COMMANDS = [[], ["run"], ["demo"], ["shard"], ["train"], ["compile"], ["submit"], ["version"],
-            ["version", "publish"], ["version", "list"], ["version", "show"], ["version", "verify"],
-            ["version", "diff"], ["version", "alias"], ["version", "gc"]]
+COMMANDS = [
+    [],
+    ["run"],
+    ["demo"],
+    ["shard"],
+    ["train"],
+    ["compile"],
+    ["submit"],
+    ["version"],
+    ["version", "publish"],
+    ["version", "list"],
+    ["version", "show"],
+    ["version", "verify"],
+    ["version", "diff"],
+    ["version", "alias"],
+    ["version", "gc"],
+]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "root")
@@ -20,23 +34,36 @@ def test_help_everywhere(cmd):
     assert result.exit_code == 0 and "Usage:" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "--input", "/definitely/missing", "--workdir", "w"], "does not exist"),
-    (["shard", "--input", "/definitely/missing", "--output", "o"], "does not exist"),
-    (["shard", "--input", "{tmp}", "--output", "o"], "matches no files"),
-    (["run", "--input", "{tmp}/x.weird", "--workdir", "w"], "cannot detect the format"),
-    (["run", "--input", "{tmp}/x.weird", "--format", "xml", "--workdir", "w"], "--format 'xml'"),
-    (["version", "show", "{tmp}/reg/..@latest"], "invalid"),
-    (["version", "show", "{tmp}/reg/nothing@latest"], "no published versions"),
-    (["train", "--dataset", "{tmp}/reg/none@1.0.0", "--model-dir", "m", "--epochs", "0"], "--epochs"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--input", "/definitely/missing", "--workdir", "w"], "does not exist"),
+        (["shard", "--input", "/definitely/missing", "--output", "o"], "does not exist"),
+        (["shard", "--input", "{tmp}", "--output", "o"], "matches no files"),
+        (["run", "--input", "{tmp}/x.weird", "--workdir", "w"], "cannot detect the format"),
+        (
+            ["run", "--input", "{tmp}/x.weird", "--format", "xml", "--workdir", "w"],
+            "--format 'xml'",
+        ),
+        (["version", "show", "{tmp}/reg/..@latest"], "invalid"),
+        (["version", "show", "{tmp}/reg/nothing@latest"], "no published versions"),
+        (
+            ["train", "--dataset", "{tmp}/reg/none@1.0.0", "--model-dir", "m", "--epochs", "0"],
+            "--epochs",
+        ),
+    ],
+)
 def test_bad_input_gives_one_clear_line(tmp_path, args, message):
     (tmp_path / "x.weird").write_text("?")
     empty = tmp_path / "empty"
     empty.mkdir()
     args = [a.replace("{tmp}", str(empty) if a == "{tmp}" else str(tmp_path)) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "tfrecord_suite.cli", *args], capture_output=True,
-                          text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrecord_suite.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
@@ -55,21 +82,36 @@ def test_shard_publish_list_verify_diff_alias_as_json(tmp_path, jsonl_file):
     reg = str(tmp_path / "reg")
     s = call("shard", "--input", jsonl_file, "--output", staged, "--num-shards", "2", "--json")
     assert s["records"] == 200 and len(s["shards"]) == 6
-    p = call("version", "publish", "--staged", staged, "--registry", reg, "--dataset", "rows",
-             "--json")
+    p = call(
+        "version", "publish", "--staged", staged, "--registry", reg, "--dataset", "rows", "--json"
+    )
     assert (p["version"], p["created"]) == ("1.0.0", True)
     staged2 = str(tmp_path / "staged2")
     call("shard", "--input", jsonl_file, "--output", staged2, "--num-shards", "3", "--json")
-    assert call("version", "publish", "--staged", staged2, "--registry", reg, "--dataset", "rows",
-                "--json")["version"] == "1.0.1"
+    assert (
+        call(
+            "version",
+            "publish",
+            "--staged",
+            staged2,
+            "--registry",
+            reg,
+            "--dataset",
+            "rows",
+            "--json",
+        )["version"]
+        == "1.0.1"
+    )
     assert call("version", "list", "--registry", reg, "--json") == {
-        "rows": {"versions": ["1.0.0", "1.0.1"], "aliases": {"latest": "1.0.1"}}}
+        "rows": {"versions": ["1.0.0", "1.0.1"], "aliases": {"latest": "1.0.1"}}
+    }
     assert call("version", "verify", f"{reg}/rows@1", "--json")["ok"]
     d = call("version", "diff", f"{reg}/rows@1.0.0", f"{reg}/rows@1.0.1", "--json")
     assert d["bump_needed"] == "patch"
     call("version", "alias", f"{reg}/rows@1.0.0", "--name", "stable", "--expect", "none", "--json")
-    result = runner.invoke(main, ["version", "alias", f"{reg}/rows@1.0.1", "--name", "stable",
-                                  "--expect", "none"])
+    result = runner.invoke(
+        main, ["version", "alias", f"{reg}/rows@1.0.1", "--name", "stable", "--expect", "none"]
+    )
     assert result.exit_code == 1 and "points to 1.0.0" in result.output
     assert call("version", "show", f"{reg}/rows@stable", "--json")["version"] == "1.0.0"
     shard = next(f for f in (tmp_path / "reg" / "rows" / "1.0.0").rglob("train-*.tfrecord"))
@@ -81,8 +123,12 @@ def test_shard_publish_list_verify_diff_alias_as_json(tmp_path, jsonl_file):
 def test_submit_param_parsing():
     from tfrecord_suite.submit import parse_params
 
-    assert parse_params(["epochs=3", "gzip=true", "beam_args=[\"--a\"]", "input_uri=gs://b/x"]) == {
-        "epochs": 3, "gzip": True, "beam_args": ["--a"], "input_uri": "gs://b/x"}
+    assert parse_params(["epochs=3", "gzip=true", 'beam_args=["--a"]', "input_uri=gs://b/x"]) == {
+        "epochs": 3,
+        "gzip": True,
+        "beam_args": ["--a"],
+        "input_uri": "gs://b/x",
+    }
     with pytest.raises(ValueError, match="not a pipeline parameter"):
         parse_params(["nope=1"])
     with pytest.raises(ValueError, match="expected a Integer"):

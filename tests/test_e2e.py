@@ -14,8 +14,14 @@ from tfrecord_suite.local_run import run_local
 
 @pytest.mark.e2e
 def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
-    r = run_local(input_uri=digits_dir, workdir=str(tmp_path / "bucket"), dataset_name="digits",
-                  epochs=8, batch_size=32, learning_rate=0.003)
+    r = run_local(
+        input_uri=digits_dir,
+        workdir=str(tmp_path / "bucket"),
+        dataset_name="digits",
+        epochs=8,
+        batch_size=32,
+        learning_rate=0.003,
+    )
     manifest = json.loads(storage.read_text(os.path.join(r["dataset_uri"], "manifest.json")))
     test_hist = manifest["statistics"]["test"]["label_histogram"]
     baseline = max(test_hist.values()) / sum(test_hist.values())
@@ -25,17 +31,36 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
     metrics = json.loads(storage.read_text(r["metrics_file"]))
     assert metrics["dataset_digest"] == manifest["content_digest"]
     # a rerun on the same data publishes nothing new: the version step is idempotent
-    again = run_local(input_uri=digits_dir, workdir=str(tmp_path / "bucket"),
-                      dataset_name="digits", epochs=1)
+    again = run_local(
+        input_uri=digits_dir, workdir=str(tmp_path / "bucket"), dataset_name="digits", epochs=1
+    )
     assert again["dataset_ref"] == r["dataset_ref"]
 
 
 @pytest.mark.e2e
 def test_cli_run_on_penguins_csv(tmp_path, penguins_csv):
     proc = subprocess.run(
-        [sys.executable, "-m", "tfrecord_suite.cli", "run", "--input", penguins_csv, "--workdir",
-         str(tmp_path / "bucket"), "--epochs", "10", "--batch-size", "16", "--learning-rate",
-         "0.01", "--json"], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "tfrecord_suite.cli",
+            "run",
+            "--input",
+            penguins_csv,
+            "--workdir",
+            str(tmp_path / "bucket"),
+            "--epochs",
+            "10",
+            "--batch-size",
+            "16",
+            "--learning-rate",
+            "0.01",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["dataset_ref"].endswith("penguins@1.0.0")

@@ -16,7 +16,8 @@ def _docs(path):
 def test_committed_yaml_is_up_to_date(tmp_path):
     fresh = compile_pipeline(str(tmp_path / "p.yaml"))
     assert _docs(fresh) == _docs(COMPILED_YAML), (
-        "pipelines/tfrecord_suite_pipeline.yaml is stale: run `make compile` and commit it")
+        "pipelines/tfrecord_suite_pipeline.yaml is stale: run `make compile` and commit it"
+    )
 
 
 def test_yaml_parses_as_pipeline_spec_proto():
@@ -29,7 +30,12 @@ def test_yaml_parses_as_pipeline_spec_proto():
     tasks = spec.root.dag.tasks
     assert set(tasks) == {"fingerprint-op", "shard-op", "version-op", "train-op", "report-op"}
     assert tasks["version-op"].dependent_tasks == ["shard-op"]
-    assert spec.components["comp-train-op"].output_definitions.artifacts["model"].artifact_type.schema_title == "system.Model"
+    assert (
+        spec.components["comp-train-op"]
+        .output_definitions.artifacts["model"]
+        .artifact_type.schema_title
+        == "system.Model"
+    )
     for doc in docs[1:]:
         json_format.ParseDict(doc, pipeline_spec_pb2.PlatformSpec())
     images = {e["container"]["image"] for e in docs[0]["deploymentSpec"]["executors"].values()}
@@ -37,9 +43,11 @@ def test_yaml_parses_as_pipeline_spec_proto():
 
 
 def test_compiling_imports_no_heavy_library():
-    code = ("import sys; from tfrecord_suite.pipelines.compile import compile_pipeline; "
-            "import tempfile, os; compile_pipeline(os.path.join(tempfile.mkdtemp(), 'p.yaml')); "
-            "heavy = [m for m in ('tensorflow', 'apache_beam', 'keras') if m in sys.modules]; "
-            "print(heavy); sys.exit(bool(heavy))")
+    code = (
+        "import sys; from tfrecord_suite.pipelines.compile import compile_pipeline; "
+        "import tempfile, os; compile_pipeline(os.path.join(tempfile.mkdtemp(), 'p.yaml')); "
+        "heavy = [m for m in ('tensorflow', 'apache_beam', 'keras') if m in sys.modules]; "
+        "print(heavy); sys.exit(bool(heavy))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
