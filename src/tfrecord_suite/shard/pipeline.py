@@ -69,11 +69,11 @@ class _ReadConvertFn(beam.DoFn):
 
     def process(self, uri: str) -> Iterator[Any]:
         stats: dict[str, dict[str, Any]] = {}
-        chunk: Chunk = []
-        chunk_bytes = 0
+        pending: list[convert.Converted] = []
         self.files.inc()
+        rows = 0
         for row in read_rows(uri, self._read):
-            self.rows.inc()
+            rows += 1
             try:
                 rec = self._converter.convert(row)
             except convert.RowError as exc:
@@ -89,23 +89,27 @@ class _ReadConvertFn(beam.DoFn):
                     },
                 )
                 continue
-            split_stats = stats.get(rec.split)
-            if split_stats is None:
-                split_stats = stats[rec.split] = convert.new_split_stats()
-            convert.update_stats(split_stats, self._schema, rec)
-            chunk.append((rec.split, rec.digest, rec.data))
-            chunk_bytes += len(rec.data)
-            if len(chunk) >= CHUNK_RECORDS:
-                yield from self._flush(chunk, chunk_bytes)
-                chunk, chunk_bytes = [], 0
-        if chunk:
-            yield from self._flush(chunk, chunk_bytes)
+            pending.append(rec)
+            if len(pending) >= CHUNK_RECORDS:
+                yield self._flush(pending, stats)
+                pending = []
+        if pending:
+            yield self._flush(pending, stats)
+        self.rows.inc(rows)
         yield beam.pvalue.TaggedOutput("stats", stats)
 
-    def _flush(self, chunk: Chunk, chunk_bytes: int) -> Iterator[Chunk]:
+    def _flush(self, pending: list[convert.Converted], stats: dict[str, Any]) -> Chunk:
+        by_split: dict[str, list[convert.Converted]] = {}
+        for rec in pending:
+            by_split.setdefault(rec.split, []).append(rec)
+        for split, recs in by_split.items():
+            if split not in stats:
+                stats[split] = convert.new_split_stats()
+            convert.update_stats_batch(stats[split], self._schema, recs)
+        chunk = [(r.split, r.digest, r.data) for r in pending]
         self.good.inc(len(chunk))
-        self.sizes.update(chunk_bytes // len(chunk))
-        yield chunk
+        self.sizes.update(sum(len(r.data) for r in pending) // len(pending))
+        return chunk
 
 
 def _printable(values: dict[str, Any]) -> dict[str, Any]:
