@@ -326,15 +326,23 @@ def update_stats_batch(stats: dict[str, Any], schema: Schema, recs: Sequence[Con
     for label, n in collections.Counter(r.label for r in recs if r.label is not None).items():
         hist[label] = hist.get(label, 0) + n
     feats = stats["features"]
-    for f in schema.features:
-        if f.kind in ("image", "image_raw") or f.name == "filename":
-            continue
-        column = [v for v in (r.values.get(f.name) for r in recs) if v is not None]
+    tracked = [
+        f for f in schema.features if f.kind not in ("image", "image_raw") and f.name != "filename"
+    ]
+    if not tracked:
+        return
+    names = [f.name for f in tracked]
+    # transpose rows into columns with C-level loops; most columns have no missing value
+    columns = zip(*[tuple(map(r.values.get, names)) for r in recs], strict=True)
+    for f, column in zip(tracked, columns, strict=True):
+        missing = column.count(None)
+        if missing:
+            column = tuple(v for v in column if v is not None)
         s = feats.get(f.name)
         if s is None:
             s = feats[f.name] = {"present": 0, "missing": 0}
         s["present"] += len(column)
-        s["missing"] += len(recs) - len(column)
+        s["missing"] += missing
         if column and f.dtype in ("int64", "float32"):
             lo, hi = float(min(column)), float(max(column))
             if "min" not in s:
