@@ -27,7 +27,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/tfrecord-suite bench $(BENCH_ARGS)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
+	$(BIN)/tfrecord-suite -v bench $(BENCH_ARGS)
 
 compile: $(STAMP)
 	$(BIN)/tfrecord-suite compile --output pipelines/tfrecord_suite_pipeline.yaml

@@ -503,6 +503,28 @@ def demo(workdir: str, as_json: bool) -> None:
     )
 
 
+# ----------------------------------------------------------------------------------------- bench
+
+
+def _bench_config_cls() -> type:
+    from tfrecord_suite.bench import BenchConfig
+
+    return BenchConfig
+
+
+@main.command()
+@cliutil.dataclass_options(_bench_config_cls())
+@json_option
+@friendly_errors
+def bench(as_json: bool, **values: Any) -> None:
+    """Measure reading, writing and training throughput against the naive way and peers."""
+    from tfrecord_suite.bench import BenchConfig, markdown, run_bench
+
+    with _stdout_for(as_json):
+        results = run_bench(cliutil.build(BenchConfig, values))
+    _emit(results, as_json, markdown)
+
+
 # ------------------------------------------------------------------------------ compile / submit
 
 

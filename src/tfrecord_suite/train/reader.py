@@ -23,6 +23,7 @@ from tfrecord_suite.schema import Schema, parse_spec
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+MAX_AUTO_CYCLE = 16
 
 
 @dataclasses.dataclass
@@ -34,7 +35,10 @@ class ReaderConfig:
             strategy is computed by the caller).
         shuffle_files: Shuffle the file order each epoch.
         seed: Seed for the file order and the record shuffle.
-        cycle_length: Files read at once by interleave (AUTOTUNE: tf.data's choice).
+        cycle_length: Files read at once by interleave. 0 (default): every file of this input
+            pipeline, at most :data:`MAX_AUTO_CYCLE`; AUTOTUNE (-1): tf.data's choice, which is
+            the number of CPU cores and reads too few files at once on small hosts (4x slower
+            than 8 files on 2 cores, measured by ``tfrecord-suite bench``).
         block_length: Consecutive records taken from one file before moving on.
         num_parallel_reads: ``num_parallel_calls`` of interleave.
         num_parallel_calls: Parallelism of the parse/decode map.
@@ -53,7 +57,7 @@ class ReaderConfig:
     batch_size: int = 128
     shuffle_files: bool = True
     seed: int = 42
-    cycle_length: int = AUTOTUNE
+    cycle_length: int = 0
     block_length: int = 1
     num_parallel_reads: int = AUTOTUNE
     num_parallel_calls: int = AUTOTUNE
@@ -72,7 +76,12 @@ class ReaderConfig:
             raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.shuffle_buffer < 0:
             raise ValueError("shuffle_buffer must be >= 0")
-        for name in ("cycle_length", "num_parallel_reads", "num_parallel_calls", "prefetch"):
+        if self.cycle_length < AUTOTUNE:
+            raise ValueError(
+                "cycle_length must be 0 (all files), AUTOTUNE (-1) or >= 1, "
+                f"got {self.cycle_length}"
+            )
+        for name in ("num_parallel_reads", "num_parallel_calls", "prefetch"):
             value = getattr(self, name)
             if value != AUTOTUNE and value < 1:
                 raise ValueError(f"{name} must be AUTOTUNE (-1) or >= 1, got {value}")
@@ -239,9 +248,14 @@ def make_dataset(
         )
         return records.ignore_errors() if config.skip_bad_records else records
 
+    cycle = config.cycle_length
+    if cycle == 0:
+        sharded_by_file = input_context is not None and shard_records is None
+        pipelines = input_context.num_input_pipelines if sharded_by_file else 1
+        cycle = min(max(1, -(-len(files) // pipelines)), MAX_AUTO_CYCLE)
     ds = ds.interleave(
         read,
-        cycle_length=_autotune(config.cycle_length),
+        cycle_length=_autotune(cycle),
         block_length=config.block_length,
         num_parallel_calls=_autotune(config.num_parallel_reads),
         deterministic=config.deterministic,

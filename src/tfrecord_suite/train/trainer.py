@@ -49,7 +49,7 @@ class TrainConfig:
         hidden_units: Width of the built-in models' dense layers.
         model_fn: ``module:function`` building a compiled Keras model, or None for built-in.
         seed: Random seed (file order, shuffles, weights).
-        cycle_length: Files read at once (AUTOTUNE = -1).
+        cycle_length: Files read at once (0: all of this worker's files up to 16; AUTOTUNE = -1).
         block_length: Records per file per interleave turn.
         num_parallel_reads: Parallel file readers (AUTOTUNE = -1).
         num_parallel_calls: Parallel parse/decode calls (AUTOTUNE = -1).
@@ -77,7 +77,7 @@ class TrainConfig:
     hidden_units: int = 64
     model_fn: str | None = None
     seed: int = 42
-    cycle_length: int = AUTOTUNE
+    cycle_length: int = 0
     block_length: int = 1
     num_parallel_reads: int = AUTOTUNE
     num_parallel_calls: int = AUTOTUNE

@@ -1,0 +1,630 @@
+"""``tfrecord-suite bench``: throughput side by side with the naive way and with peers, in one run.
+
+Every variant runs after a warm-up, alternately with the others, several times; the report gives
+medians and ratios measured in the same run (absolute numbers on a shared machine mean little).
+
+* Read side, on 8+ shards of >= 10 MB of small (~0.5 KB) and large (~100 KB) examples:
+  (a) read-only ceiling: interleaved reading, no parsing; (b) parse ceiling: ``parse_example`` on
+  serialized batches already in memory; (c) naive: sequential ``TFRecordDataset`` +
+  ``parse_single_example`` + ``batch``; (d) our reader; (e) the PyPI ``tfrecord`` reader in a
+  PyTorch ``DataLoader`` with 2 workers; (f) TFDS reading the same version.
+* Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
+  row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
+* Training side: step time on real input vs. ``take(1).cache().repeat()``; epoch 2 vs. epoch 1 with
+  ``cache``.
+* Scaling (full run only): shard step and reader at 1x, 4x and 16x the data; time per record should
+  stay flat (the slope is reported).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tfrecord_suite import naming, storage
+from tfrecord_suite.schema import Feature, Schema
+
+_LOG = logging.getLogger(__name__)
+MB = 1000 * 1000
+TARGETS = {
+    "reader/naive": 3.5,
+    "reader/read_ceiling": 0.8,
+    "reader/pytorch": 3.0,
+    "reader/tfds": 3.0,
+    "beam/plain_writer": 0.8,
+    "real/synthetic step time": 1.05,
+}
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    """Benchmark settings.
+
+    Attributes:
+        output: Folder for the generated data and the results (``results.json``, ``results.png``).
+        quick: Smaller inputs and fewer repeats (under 2 minutes here); no scaling run.
+        repeats: Measured runs per variant (after one warm-up).
+        batch_size: Batch size of every reader.
+        shards: Shards per generated dataset (each >= 10 MB).
+        only: Comma-separated parts to run: read, write, train, scale (empty: all that apply).
+
+    """
+
+    output: str = "bench-results"
+    quick: bool = False
+    repeats: int = 0
+    batch_size: int = 256
+    shards: int = 8
+    only: str = ""
+
+    def parts(self) -> set[str]:
+        """The parts to run."""
+        chosen = {p.strip() for p in self.only.split(",") if p.strip()}
+        default = {"read", "write", "train"} | (set() if self.quick else {"scale"})
+        unknown = chosen - {"read", "write", "train", "scale"}
+        if unknown:
+            raise ValueError(f"--only: unknown parts {sorted(unknown)}")
+        return chosen or default
+
+    def runs(self) -> int:
+        """Measured repeats."""
+        return self.repeats or (1 if self.quick else 5)
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def _small_schema() -> Schema:
+    feats = [Feature(f"f{i:02d}", "float32") for i in range(8)]
+    feats += [
+        Feature("pixels", "string", kind="text", default=""),
+        Feature("tag", "string", kind="categorical", default=""),
+        Feature("label", "int64", kind="categorical", default=0),
+    ]
+    return Schema(
+        feats, label="label", label_classes=[str(i) for i in range(10)], source_format="bench"
+    )
+
+
+def _large_schema() -> Schema:
+    return Schema(
+        [
+            Feature("payload", "string", kind="text", default=""),
+            Feature("label", "int64", kind="categorical", default=0),
+        ],
+        label="label",
+        label_classes=[str(i) for i in range(10)],
+        source_format="bench",
+    )
+
+
+def _example_bytes(kind: str, i: int, rng: random.Random) -> bytes:
+    import tensorflow as tf
+
+    ex = tf.train.Example()
+    fm = ex.features.feature
+    if kind == "small":
+        fm["label"].int64_list.value.append(i % 10)
+        for k in range(8):
+            fm[f"f{k:02d}"].float_list.value.append(rng.random())
+        fm["pixels"].bytes_list.value.append(rng.randbytes(400))  # a raw 20x20 grayscale image
+        fm["tag"].bytes_list.value.append(f"tag-{i % 97:03d}".encode())
+    else:
+        fm["label"].int64_list.value.append(i % 10)
+        fm["payload"].bytes_list.value.append(rng.randbytes(100_000))
+    return ex.SerializeToString()
+
+
+def make_version(root: str, kind: str, shards: int, shard_mb: float, scale: int = 1) -> dict:
+    """Write ``shards`` shards of ~``shard_mb`` MB of ``kind`` examples and publish them."""
+    import tensorflow as tf
+
+    from tfrecord_suite.registry.registry import Registry
+
+    name = f"{kind}-x{scale}"
+    reg = Registry(os.path.join(root, "registry"))
+    if reg.versions(name):
+        v = reg.latest(name)
+        return {"manifest": reg.manifest(name, v), "uri": reg.version_dir(name, v)}
+    staged = os.path.join(root, "staged", name)
+    os.makedirs(staged, exist_ok=True)
+    rng = random.Random(7)
+    per_record = len(_example_bytes(kind, 0, rng))
+    per_shard = max(1, int(shard_mb * MB * scale / per_record))
+    schema = _small_schema() if kind == "small" else _large_schema()
+    summary_shards = []
+    for split, count in (("train", shards), ("test", 1)):
+        for s in range(count):
+            path = os.path.join(staged, naming.shard_name(split, s, count))
+            n = per_shard if split == "train" else max(1, per_shard // 10)
+            with tf.io.TFRecordWriter(path) as w:
+                for i in range(n):
+                    w.write(_example_bytes(kind, s * per_shard + i, rng))
+            summary_shards.append({"split": split, "index": s, "path": path, "records": n})
+    storage.write_text(os.path.join(staged, "schema.json"), schema.to_json())
+    storage.write_text(
+        os.path.join(staged, "summary.json"),
+        json.dumps(
+            {"shards": summary_shards, "gzip": False, "statistics": {}, "input_fingerprint": {}}
+        ),
+    )
+    result = reg.publish(staged, name)
+    return {"manifest": result.manifest, "uri": result.uri}
+
+
+def make_csv(folder: str, rows: int, files: int = 4) -> str:
+    """A folder of ``files`` CSV files with ``rows`` rows in all.
+
+    Columns: 20 floats, a categorical and an integer label; several files, so that Beam can read
+    them in parallel.
+    """
+    if os.path.isdir(folder):
+        return folder
+    rng = random.Random(11)
+    tmp = folder + ".tmp"
+    os.makedirs(tmp, exist_ok=True)
+    for f in range(files):
+        with open(os.path.join(tmp, f"part-{f}.csv"), "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow([*(f"x{i}" for i in range(20)), "color", "label"])
+            for i in range(f, rows, files):
+                w.writerow(
+                    [*(f"{rng.random():.6f}" for _ in range(20)), rng.choice("abcdefgh"), i % 5]
+                )
+    os.replace(tmp, folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------------- measuring
+
+
+def measure(
+    variants: dict[str, Callable[[], int]],
+    runs: int,
+    warmup: dict[str, Callable[[], int]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Run each variant once to warm up, then ``runs`` times, alternating; items per second."""
+    for name, fn in (warmup or variants).items():
+        _LOG.info("warm-up %s", name)
+        fn()
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    items: dict[str, int] = {}
+    for r in range(runs):
+        order = list(variants) if r % 2 == 0 else list(reversed(variants))
+        for name in order:
+            t = time.perf_counter()
+            out = variants[name]()
+            seconds = time.perf_counter() - t
+            if isinstance(out, tuple):  # (items, seconds) timed inside another process
+                out, seconds = out
+            items[name] = out
+            samples[name].append(out / seconds)
+            _LOG.info("%s: %.0f items/s", name, samples[name][-1])
+    return {
+        k: {"median_per_s": statistics.median(v), "runs_per_s": v, "items": items[k]}
+        for k, v in samples.items()
+    }
+
+
+def _drain(ds: Any) -> int:
+    """Iterate a dataset of batches; return the number of examples."""
+    n = 0
+    for batch in ds:
+        first = batch[0] if isinstance(batch, tuple) else batch
+        if isinstance(first, dict):
+            first = next(iter(first.values()))
+        n += int(first.shape[0])
+    return n
+
+
+def read_variants(version: dict, batch_size: int) -> tuple[dict, dict]:
+    """The read-side variants over one version's train split (and their warm-ups)."""
+    import tensorflow as tf
+
+    from tfrecord_suite.registry.registry import shard_uris
+    from tfrecord_suite.schema import parse_spec
+    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+
+    manifest, uri = version["manifest"], version["uri"]
+    files = shard_uris(manifest, uri, "train")
+    schema = Schema.from_dict(manifest["schema"])
+    spec = parse_spec(schema)
+    auto = tf.data.AUTOTUNE
+
+    def read_ceiling(take: int | None = None) -> int:
+        ds = (
+            tf.data.Dataset.from_tensor_slices(files)
+            .interleave(
+                tf.data.TFRecordDataset,
+                cycle_length=len(files),
+                num_parallel_calls=auto,
+                deterministic=False,
+            )
+            .batch(batch_size)
+            .prefetch(auto)
+        )
+        return _drain(ds.take(take) if take else ds)
+
+    in_memory = tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
+
+    def parse_ceiling(take: int | None = None) -> int:
+        ds = (
+            tf.data.Dataset.from_tensor_slices(in_memory)
+            .batch(batch_size)
+            .map(
+                lambda b: tf.io.parse_example(b, spec), num_parallel_calls=auto, deterministic=False
+            )
+            .prefetch(auto)
+        )
+        return _drain(ds.take(take) if take else ds)
+
+    def naive(take: int | None = None) -> int:
+        ds = (
+            tf.data.TFRecordDataset(files)
+            .map(lambda r: tf.io.parse_single_example(r, spec))
+            .batch(batch_size)
+        )
+        return _drain(ds.take(take) if take else ds)
+
+    def ours(take: int | None = None) -> int:
+        ds = make_dataset(files, schema, ReaderConfig(batch_size=batch_size))
+        return _drain(ds.take(take) if take else ds)
+
+    variants = {
+        "read_ceiling": read_ceiling,
+        "parse_ceiling": parse_ceiling,
+        "naive": naive,
+        "reader": ours,
+    }
+    try:
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder_from_directory(uri)
+
+        def tfds_reader(take: int | None = None) -> int:
+            ds = builder.as_dataset(split="train", batch_size=batch_size, shuffle_files=False)
+            return _drain(ds.take(take) if take else ds)
+
+        variants["tfds"] = tfds_reader
+    except ImportError:
+        _LOG.warning("tensorflow-datasets not installed: no TFDS variant")
+    torch_reader = _torch_variant(files, schema, batch_size)
+    if torch_reader is not None:
+        variants["pytorch"] = torch_reader
+    warm = {k: (lambda fn=fn: fn(20)) for k, fn in variants.items()}
+    return variants, warm
+
+
+_TORCH_PEER = r"""
+import json, sys, time
+import numpy as np
+import torch
+from tfrecord.reader import tfrecord_loader
+
+files, description, batch_size, take = json.loads(sys.argv[1])
+
+
+class Shards(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        mine = files if info is None else files[info.id :: info.num_workers]
+        for path in mine:
+            yield from tfrecord_loader(path, None, description)
+
+
+def collate(rows):
+    out = {}
+    for k, v in rows[0].items():
+        raw = isinstance(v, bytes) or v.dtype == np.uint8
+        out[k] = [r[k] for r in rows] if raw else torch.from_numpy(np.stack([r[k] for r in rows]))
+    return out
+
+
+loader = torch.utils.data.DataLoader(Shards(), batch_size=batch_size, num_workers=2,
+                                     collate_fn=collate)
+t = time.perf_counter()
+n = 0
+for i, batch in enumerate(loader):
+    n += len(batch["label"])
+    if take and i + 1 >= take:
+        break
+print(json.dumps([n, time.perf_counter() - t]))
+"""
+
+
+def _torch_variant(files: list[str], schema: Schema, batch_size: int) -> Callable[..., Any] | None:
+    """The PyPI ``tfrecord`` reader in a PyTorch DataLoader (2 workers), in its own process.
+
+    Its own copy of the ``tensorflow.Example`` proto clashes with TensorFlow's in one process, and
+    a PyTorch user would not have TensorFlow loaded anyway. The package does not verify CRCs.
+    """
+    import importlib.util
+    import subprocess
+    import sys
+
+    if not (importlib.util.find_spec("torch") and importlib.util.find_spec("tfrecord")):
+        _LOG.warning(
+            "torch or tfrecord not installed (pip install 'tfrecord-suite[bench]'): "
+            "no PyTorch variant"
+        )
+        return None
+    kinds = {"float32": "float", "int64": "int", "string": "byte"}
+    description = {f.name: kinds[f.dtype] for f in schema.features}
+
+    def run(take: int | None = None) -> tuple[int, float]:
+        arg = json.dumps([files, description, batch_size, take])
+        out = subprocess.run(
+            [sys.executable, "-c", _TORCH_PEER, arg], capture_output=True, text=True, check=True
+        )
+        n, seconds = json.loads(out.stdout.strip().splitlines()[-1])
+        return n, seconds
+
+    return run
+
+
+def write_variants(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]:
+    """Plain single-process writer loop vs. the Beam shard step with 1 and 2 workers."""
+    import tensorflow as tf
+
+    from tfrecord_suite.shard import convert, sources
+    from tfrecord_suite.shard.step import ShardConfig, resolve_schema, run_shard
+
+    files = sources.resolve_inputs(csv_path)
+    base = ShardConfig(input=csv_path, output=os.path.join(out_root, "beam"), overwrite=True)
+    schema = resolve_schema(base, "csv", files)
+
+    def plain() -> int:
+        conv = convert.RowConverter(schema, convert.SplitSpec.parse(base.splits))
+        os.makedirs(os.path.join(out_root, "plain"), exist_ok=True)
+        writers = {
+            s: tf.io.TFRecordWriter(os.path.join(out_root, "plain", f"{s}.tfrecord"))
+            for s in conv.splits.names
+        }
+        n = 0
+        for f in files:
+            for row in sources.read_rows(f.uri, sources.ReadOptions(format="csv")):
+                rec = conv.convert(row)
+                writers[rec.split].write(rec.data)
+                n += 1
+        for w in writers.values():
+            w.close()
+        return n
+
+    def beam(workers: int) -> Callable[[], int]:
+        args = (
+            []
+            if workers == 1
+            else [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+        )
+
+        def run() -> int:
+            cfg = dataclasses.replace(
+                base, output=os.path.join(out_root, f"beam{workers}"), beam_args=args
+            )
+            return run_shard(cfg)["records"]
+
+        return run
+
+    return {"plain_writer": plain, "beam": beam(1), "beam_2_workers": beam(2)}
+
+
+def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, Any]:
+    """Step time with real input vs. one cached batch; epoch 2 vs. epoch 1 with cache on."""
+    import keras
+    import tensorflow as tf
+
+    from tfrecord_suite.registry.registry import shard_uris
+    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+
+    manifest, uri = version["manifest"], version["uri"]
+    files = shard_uris(manifest, uri, "train")
+    schema = Schema.from_dict(manifest["schema"])
+    numeric = [f.name for f in schema.input_features if f.dtype == "float32"]
+
+    def model() -> Any:
+        inputs = {n: keras.Input((1,), name=n) for n in numeric}
+        x = keras.layers.Concatenate()(list(inputs.values()))
+        for _ in range(3):  # heavy enough that compute, not input, should set the pace
+            x = keras.layers.Dense(1024, activation="relu")(x)
+        m = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+        m.compile("adam", "sparse_categorical_crossentropy")
+        return m
+
+    def only_numeric(x: Any, y: Any) -> Any:
+        return {n: x[n] for n in numeric}, y
+
+    real = make_dataset(
+        files, schema, ReaderConfig(batch_size=batch_size, repeat=True, drop_remainder=True)
+    ).map(only_numeric)
+    synthetic = real.take(1).cache().repeat()
+
+    def step_ms(ds: Any) -> float:
+        m = model()
+        m.fit(ds, steps_per_epoch=10, epochs=1, verbose=0)  # trace and warm up
+        t = time.perf_counter()
+        m.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
+        return 1000 * (time.perf_counter() - t) / steps
+
+    real_ms, synth_ms = [], []
+    for _ in range(2):
+        real_ms.append(step_ms(real))
+        synth_ms.append(step_ms(synthetic))
+    cached = make_dataset(files, schema, ReaderConfig(batch_size=batch_size, cache="memory"))
+    epochs = []
+    for _ in range(2):
+        t = time.perf_counter()
+        _drain(cached)
+        epochs.append(time.perf_counter() - t)
+    del tf
+    return {
+        "real_step_ms": statistics.median(real_ms),
+        "synthetic_step_ms": statistics.median(synth_ms),
+        "real_over_synthetic": statistics.median(real_ms) / statistics.median(synth_ms),
+        "cache_epoch1_s": epochs[0],
+        "cache_epoch2_s": epochs[1],
+        "cache_epoch2_speedup": epochs[0] / epochs[1],
+    }
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Relative change of time per record from the smallest to the largest size."""
+    (n0, t0), (n1, t1) = points[0], points[-1]
+    return (t1 / n1) / (t0 / n0) - 1.0
+
+
+# ------------------------------------------------------------------------------------------- run
+
+
+def run_bench(config: BenchConfig) -> dict[str, Any]:
+    """Run the benchmark; write ``results.json`` and ``results.png`` under ``config.output``."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parts = config.parts()
+    runs = config.runs()
+    root = storage.normalize(config.output)
+    os.makedirs(root, exist_ok=True)
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "quick": config.quick,
+        "runs": runs,
+        "batch_size": config.batch_size,
+    }
+    data_root = os.path.join(root, "data")
+    versions = {}
+    if parts & {"read", "train"}:
+        for kind in ("small", "large"):
+            versions[kind] = make_version(data_root, kind, config.shards, 10.5)
+    if "read" in parts:
+        results["read"] = {}
+        for kind in ("small", "large"):
+            variants, warm = read_variants(versions[kind], config.batch_size)
+            results["read"][kind] = measure(variants, runs, warm)
+    if "write" in parts:
+        rows = 40_000 if config.quick else 200_000
+        csv_path = make_csv(os.path.join(data_root, f"rows-{rows}"), rows)
+        variants = write_variants(csv_path, os.path.join(root, "write"))
+        results["write"] = measure(variants, runs, warmup={"beam": variants["beam"]})
+    if "train" in parts:
+        results["train"] = train_measurements(
+            versions["small"], config.batch_size, steps=20 if config.quick else 100
+        )
+    if "scale" in parts:
+        results["scale"] = _scaling(data_root, root, config)
+    results["ratios"] = ratios(results)
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    storage.write_text(os.path.join(root, "results.json"), json.dumps(results, indent=2))
+    try:
+        chart(results, os.path.join(root, "results.png"))
+    except ImportError:
+        _LOG.warning("matplotlib missing: no chart")
+    return results
+
+
+def _scaling(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"reader": [], "shard": []}
+    for scale in (1, 4, 16):
+        v = make_version(data_root, "small", 2, 10.5 * scale / 4, scale=scale)
+        variants, _ = read_variants(v, config.batch_size)
+        r = measure({"reader": variants["reader"]}, 1)["reader"]
+        out["reader"].append((r["items"], r["items"] / r["median_per_s"]))
+        rows = 25_000 * scale
+        csv_path = make_csv(os.path.join(data_root, f"rows-{rows}"), rows)
+        w = measure(
+            {"beam": write_variants(csv_path, os.path.join(root, "scale"))["beam"]}, 1, warmup={}
+        )["beam"]
+        out["shard"].append((w["items"], w["items"] / w["median_per_s"]))
+    out["reader_slope"] = _slope(out["reader"])
+    out["shard_slope"] = _slope(out["shard"])
+    return out
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float]:
+    """The ratios the targets are stated in."""
+    out = {}
+    for kind, r in results.get("read", {}).items():
+        ours = r["reader"]["median_per_s"]
+        for peer in ("naive", "read_ceiling", "parse_ceiling", "pytorch", "tfds"):
+            if peer in r:
+                out[f"{kind}: reader/{peer}"] = ours / r[peer]["median_per_s"]
+    w = results.get("write")
+    if w:
+        out["beam/plain_writer"] = w["beam"]["median_per_s"] / w["plain_writer"]["median_per_s"]
+        out["beam_2_workers/plain_writer"] = (
+            w["beam_2_workers"]["median_per_s"] / w["plain_writer"]["median_per_s"]
+        )
+    t = results.get("train")
+    if t:
+        out["real/synthetic step time"] = t["real_over_synthetic"]
+        out["cache epoch2/epoch1 speedup"] = t["cache_epoch2_speedup"]
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as Markdown tables (what the README's Performance section shows)."""
+    lines = [
+        f"Measured {results['date']} on {results['machine']}; medians of {results['runs']} "
+        f"alternating runs after a warm-up, batch {results['batch_size']}.",
+        "",
+    ]
+    for kind, r in results.get("read", {}).items():
+        ours = r["reader"]["median_per_s"]
+        lines += [
+            f"**Read, {kind} examples** (relative to our reader)",
+            "",
+            "| variant | relative throughput |",
+            "|---|---:|",
+        ]
+        for name, v in sorted(r.items(), key=lambda kv: -kv[1]["median_per_s"]):
+            lines.append(f"| {name} | {v['median_per_s'] / ours:.2f} |")
+        lines.append("")
+    lines += ["| ratio | measured | target |", "|---|---:|---:|"]
+    for name, value in results["ratios"].items():
+        key = name.split(": ", 1)[-1]
+        target = TARGETS.get(key)
+        mark = "" if target is None else f"{'<=' if 'step' in key else '>='} {target}"
+        lines.append(f"| {name} | {value:.2f} | {mark} |")
+    scale = results.get("scale")
+    if scale:
+        lines += [
+            "",
+            f"Scaling 1x -> 16x: time per record changes {scale['reader_slope']:+.1%} "
+            f"(reader), {scale['shard_slope']:+.1%} (shard step).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict[str, Any], path: str) -> None:
+    """Bar charts of the read and write variants, relative to our reader / the plain writer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(f"read, {k} examples", r, "reader") for k, r in results.get("read", {}).items()]
+    if results.get("write"):
+        panels.append(("write (CSV -> TFRecord)", results["write"], "plain_writer"))
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (title, r, base) in zip(axes[0], panels, strict=True):
+        names = sorted(r, key=lambda k: -r[k]["median_per_s"])
+        values = [r[n]["median_per_s"] / r[base]["median_per_s"] for n in names]
+        ax.barh(names, values, color=["#d62728" if n == base else "#1f77b4" for n in names])
+        ax.invert_yaxis()
+        ax.set_title(title)
+        ax.set_xlabel(f"throughput relative to {base}")
+        ax.axvline(1.0, color="gray", lw=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
