@@ -71,4 +71,4 @@ def test_reader_refuses_absurd_knobs():
     with pytest.raises(ValueError):
         ReaderConfig(batch_size=-1)
     with pytest.raises(ValueError):
-        ReaderConfig(cycle_length=0)
+        ReaderConfig(cycle_length=-2)
