@@ -251,25 +251,35 @@ class RowConverter:
         return self._finish(typed, data)
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _coerce(feature: Feature, value: Any) -> Any:
     if feature.dtype == "int64":
         if isinstance(value, bool):
             return int(value)
         if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        try:
-            return int(str(value))
-        except ValueError:
-            raise RowError(f"{value!r} is not an integer", field=feature.name) from None
+            number = value
+        elif isinstance(value, float) and value.is_integer():
+            number = int(value)
+        else:
+            try:
+                number = int(str(value))
+            except ValueError:
+                raise RowError(f"{value!r} is not an integer", field=feature.name) from None
+        if not _INT64_MIN <= number <= _INT64_MAX:
+            raise RowError(f"{value!r} does not fit in int64", field=feature.name)
+        return number
     if feature.dtype == "float32":
         try:
             f = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise RowError(f"{value!r} is not a number", field=feature.name) from None
         if not math.isfinite(f):
             raise RowError(f"{value!r} is not a finite number", field=feature.name)
+        if abs(f) > _FLOAT32_MAX:
+            raise RowError(f"{value!r} does not fit in float32", field=feature.name)
         return f
     if isinstance(value, bytes):
         return value
