@@ -93,6 +93,8 @@ def test_manifest_loader_rejects_garbage_with_registry_error(doc):
 @given(st.binary(max_size=200))
 def test_manifest_loader_on_raw_bytes(data):
     try:
-        load_manifest(data.decode("utf-8", errors="replace"), "m.json")
-    except RegistryError:
-        pass
+        manifest = load_manifest(data.decode("utf-8", errors="replace"), "m.json")
+    except RegistryError as exc:
+        assert str(exc).startswith("m.json: ")
+    else:
+        assert isinstance(manifest, dict)
