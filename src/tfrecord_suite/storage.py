@@ -147,9 +147,10 @@ def _blob(uri: str) -> Any:
 
 
 def _retry() -> Any:
+    """GCS's retry policy (429, 5xx, dropped connections) with a faster first backoff."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    return DEFAULT_RETRY
+    return DEFAULT_RETRY.with_delay(initial=0.25, maximum=16.0, multiplier=2.0)
 
 
 def _gcs_errors() -> tuple[type[Exception], type[Exception]]:
@@ -234,7 +235,9 @@ def create_if_absent(uri: str, data: bytes) -> bool:
         try:
             _blob(uri).upload_from_string(data, if_generation_match=0, retry=_retry())
         except precondition:
-            return False
+            # A retried request whose first attempt did land also sees 412: it is ours if the
+            # object holds exactly our bytes (manifests are unique per attempt).
+            return read_with_token(uri)[0] == data
         return True
     try:
         _atomic_local_write(uri, data, replace=False)
@@ -265,6 +268,9 @@ def compare_and_swap(uri: str, data: bytes, expected_token: str | None) -> str:
         try:
             blob.upload_from_string(data, if_generation_match=match, retry=_retry())
         except precondition as exc:
+            current, token = read_with_token(uri)
+            if current == data:  # our first attempt landed and a retry saw its generation
+                return str(token)
             raise PreconditionFailed(f"{uri} changed concurrently; re-read and retry") from exc
         return str(blob.generation)
     os.makedirs(os.path.dirname(uri) or ".", exist_ok=True)
