@@ -8,104 +8,115 @@ from kfp import dsl
 
 from tfrecord_suite.components.data import fingerprint_op, shard_op, version_op
 from tfrecord_suite.components.training import report_op, train_op
+from tfrecord_suite.pipelines.placement import Placement
 
 PIPELINE_NAME = "tfrecord-suite"
 
 
-@dsl.pipeline(
-    name=PIPELINE_NAME,
-    description="Raw data -> sharded TFRecords (Beam) -> versioned dataset -> tf.distribute "
-    "training -> report.",
-)
-def tfrecord_suite_pipeline(
-    input_uri: str,
-    registry_root: str,
-    dataset_name: str,
-    input_format: str = "auto",
-    label: str = "",
-    key_column: str = "",
-    splits: str = "train=80,validation=10,test=10",
-    num_shards: int = 0,
-    target_shard_mb: float = 128.0,
-    readers: int = 1,
-    workers: int = 1,
-    gzip: bool = False,
-    max_bad_fraction: float = 0.01,
-    beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
-    bump: str = "auto",
-    strategy: str = "auto",
-    cpu_devices: int = 1,
-    epochs: int = 5,
-    batch_size: int = 64,
-    learning_rate: float = 0.001,
-    model_fn: str = "",
-) -> str:
-    """Shard, version, train and report.
+def build_pipeline(placement: Placement | None = None):
+    """The pipeline with the train step placed as ``placement`` says (default: CPU)."""
+    placement = placement or Placement()
 
-    Args:
-        input_uri: Raw data: a file, folder, glob or gs:// prefix.
-        registry_root: Dataset registry root (folder or gs:// prefix).
-        dataset_name: Dataset name in the registry.
-        input_format: auto, csv, tsv, jsonl, parquet, images or text.
-        label: Label column (tabular); auto-detected when empty.
-        key_column: Column deciding the split; the record content when empty.
-        splits: name=weight list.
-        num_shards: Fixed shards per split; 0 plans them from the data size.
-        target_shard_mb: Preferred shard size.
-        readers: Hosts reading the data in parallel (shard plan).
-        workers: Training workers (shard count is a multiple).
-        gzip: Compress shards.
-        max_bad_fraction: Fail the shard step above this share of bad rows.
-        beam_args: Extra Beam pipeline options, e.g. ["--runner=DataflowRunner", ...].
-        bump: auto, major, minor or patch.
-        strategy: auto, one_device, mirrored, multi_worker or tpu.
-        cpu_devices: Logical CPU devices (MirroredStrategy without GPUs).
-        epochs: Training epochs.
-        batch_size: Per-replica batch size.
-        learning_rate: Adam learning rate.
-        model_fn: module:function building the model; built-in when empty.
+    @dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="Raw data -> sharded TFRecords (Beam) -> versioned dataset -> tf.distribute "
+        "training -> report.",
+    )
+    def tfrecord_suite_pipeline(
+        input_uri: str,
+        registry_root: str,
+        dataset_name: str,
+        input_format: str = "auto",
+        label: str = "",
+        key_column: str = "",
+        splits: str = "train=80,validation=10,test=10",
+        num_shards: int = 0,
+        target_shard_mb: float = 128.0,
+        readers: int = 1,
+        workers: int = 1,
+        gzip: bool = False,
+        max_bad_fraction: float = 0.01,
+        beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
+        bump: str = "auto",
+        strategy: str = "auto",
+        cpu_devices: int = 1,
+        epochs: int = 5,
+        batch_size: int = 64,
+        learning_rate: float = 0.001,
+        model_fn: str = "",
+    ) -> str:
+        """Shard, version, train and report.
 
-    """
-    fingerprint = fingerprint_op(input_uri=input_uri).set_display_name("Fingerprint input")
-    fingerprint.set_caching_options(False)
-    shard = shard_op(
-        input_uri=input_uri,
-        fingerprint=fingerprint.output,
-        input_format=input_format,
-        label=label,
-        key_column=key_column,
-        splits=splits,
-        num_shards=num_shards,
-        target_shard_mb=target_shard_mb,
-        readers=readers,
-        workers=workers,
-        gzip=gzip,
-        max_bad_fraction=max_bad_fraction,
-        beam_args=beam_args,
-    ).set_display_name("Shard to TFRecords (Beam)")
-    shard.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2)
-    version = version_op(
-        staged=shard.outputs["staged"],
-        registry_root=registry_root,
-        dataset_name=dataset_name,
-        bump=bump,
-        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-    ).set_display_name("Publish dataset version")
-    # publishing is idempotent, but a cached result could name a version gc'ed since: always run
-    version.set_caching_options(False)
-    version.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
-    train = train_op(
-        dataset=version.outputs["dataset"],
-        strategy=strategy,
-        cpu_devices=cpu_devices,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        model_fn=model_fn,
-    ).set_display_name("Train (tf.distribute)")
-    report = report_op(
-        dataset=version.outputs["dataset"],
-        model=train.outputs["model"],
-        metrics=train.outputs["metrics"],
-    ).set_display_name("Report")
-    return report.outputs["Output"]
+        Args:
+            input_uri: Raw data: a file, folder, glob or gs:// prefix.
+            registry_root: Dataset registry root (folder or gs:// prefix).
+            dataset_name: Dataset name in the registry.
+            input_format: auto, csv, tsv, jsonl, parquet, images or text.
+            label: Label column (tabular); auto-detected when empty.
+            key_column: Column deciding the split; the record content when empty.
+            splits: name=weight list.
+            num_shards: Fixed shards per split; 0 plans them from the data size.
+            target_shard_mb: Preferred shard size.
+            readers: Hosts reading the data in parallel (shard plan).
+            workers: Training workers (shard count is a multiple).
+            gzip: Compress shards.
+            max_bad_fraction: Fail the shard step above this share of bad rows.
+            beam_args: Extra Beam pipeline options, e.g. ["--runner=DataflowRunner", ...].
+            bump: auto, major, minor or patch.
+            strategy: auto, one_device, mirrored, multi_worker or tpu.
+            cpu_devices: Logical CPU devices (MirroredStrategy without GPUs).
+            epochs: Training epochs.
+            batch_size: Per-replica batch size.
+            learning_rate: Adam learning rate.
+            model_fn: module:function building the model; built-in when empty.
+
+        """
+        fingerprint = fingerprint_op(input_uri=input_uri).set_display_name("Fingerprint input")
+        fingerprint.set_caching_options(False)
+        shard = shard_op(
+            input_uri=input_uri,
+            fingerprint=fingerprint.output,
+            input_format=input_format,
+            label=label,
+            key_column=key_column,
+            splits=splits,
+            num_shards=num_shards,
+            target_shard_mb=target_shard_mb,
+            readers=readers,
+            workers=workers,
+            gzip=gzip,
+            max_bad_fraction=max_bad_fraction,
+            beam_args=beam_args,
+        ).set_display_name("Shard to TFRecords (Beam)")
+        shard.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2)
+        version = version_op(
+            staged=shard.outputs["staged"],
+            registry_root=registry_root,
+            dataset_name=dataset_name,
+            bump=bump,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        ).set_display_name("Publish dataset version")
+        # publishing is idempotent, but a cached result could name a version gc'ed since: always run
+        version.set_caching_options(False)
+        version.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
+        train = train_op(
+            dataset=version.outputs["dataset"],
+            strategy=strategy,
+            cpu_devices=cpu_devices,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            model_fn=model_fn,
+        ).set_display_name("Train (tf.distribute)")
+        placement.apply(train)
+        report = report_op(
+            dataset=version.outputs["dataset"],
+            model=train.outputs["model"],
+            metrics=train.outputs["metrics"],
+        ).set_display_name("Report")
+        return report.outputs["Output"]
+
+    return tfrecord_suite_pipeline
+
+
+tfrecord_suite_pipeline = build_pipeline()

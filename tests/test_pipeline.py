@@ -51,3 +51,40 @@ def test_compiling_imports_no_heavy_library():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
+    import pytest
+
+    from tfrecord_suite.pipelines.placement import Placement
+
+    gpu = _docs(
+        compile_pipeline(
+            str(tmp_path / "gpu.yaml"), Placement(accelerator_type="nvidia-l4", accelerator_count=2)
+        )
+    )
+    train = gpu[0]["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
+    assert train["accelerator"]["resourceType"] == "nvidia.com/gpu"
+    assert train["accelerator"]["resourceCount"] == "2"
+    k8s = gpu[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-op"]
+    assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert k8s["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert k8s["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
+    assert "resources" not in gpu[0]["deploymentSpec"]["executors"]["exec-shard-op"]["container"]
+    tpu = _docs(
+        compile_pipeline(
+            str(tmp_path / "tpu.yaml"),
+            Placement(
+                accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tpu_topology="2x2"
+            ),
+        )
+    )
+    k8s = tpu[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-op"]
+    assert k8s["nodeSelector"]["labels"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "2x2",
+    }
+    res = tpu[0]["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
+    assert res["accelerator"]["resourceType"] == "google.com/tpu"
+    with pytest.raises(ValueError, match="needs --accelerator-type"):
+        Placement(accelerator_count=1)

@@ -528,6 +528,12 @@ def bench(as_json: bool, **values: Any) -> None:
 # ------------------------------------------------------------------------------ compile / submit
 
 
+def _placement_cls() -> type:
+    from tfrecord_suite.pipelines.placement import Placement
+
+    return Placement
+
+
 @main.command("compile")
 @click.option(
     "--output",
@@ -535,13 +541,19 @@ def bench(as_json: bool, **values: Any) -> None:
     show_default=True,
     help="Where to write the pipeline YAML.",
 )
+@cliutil.dataclass_options(_placement_cls())
 @json_option
 @friendly_errors
-def compile_(output: str, as_json: bool) -> None:
-    """Compile the pipeline to YAML for the Kubeflow UI (needs only kfp)."""
-    from tfrecord_suite.pipelines.compile import compile_pipeline
+def compile_(output: str, as_json: bool, **values: Any) -> None:
+    """Compile the pipeline to YAML for the Kubeflow UI (needs only kfp).
 
-    path = compile_pipeline(output)
+    The placement flags put the train step on GPU or TPU nodes (node selector, toleration,
+    accelerator limit); /dev/shm is always an in-memory volume.
+    """
+    from tfrecord_suite.pipelines.compile import compile_pipeline
+    from tfrecord_suite.pipelines.placement import Placement
+
+    path = compile_pipeline(output, cliutil.build(Placement, values))
     _emit({"output": path}, as_json, lambda o: f"wrote {o['output']}")
 
 
