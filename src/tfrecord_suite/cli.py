@@ -597,5 +597,48 @@ def submit(
         sys.exit(1)
 
 
+@main.command()
+@click.option("--input", "input_uri", required=True, help="Raw data: file, folder, glob or gs://.")
+@click.option("--registry", "registry_root", required=True, help="Dataset registry root.")
+@click.option("--dataset", required=True, help="Dataset name.")
+@click.option("--host", required=True, help="Kubeflow Pipelines API endpoint.")
+@click.option(
+    "--if-changed",
+    is_flag=True,
+    help="Submit only when the input fingerprint differs from the latest version's.",
+)
+@click.option("--experiment", default="tfrecord-suite-retrain", show_default=True)
+@click.option("--param", "params", multiple=True, help="Other pipeline parameter k=v.")
+@click.option("--wait/--no-wait", default=False, help="Wait for the run to finish.")
+@json_option
+@friendly_errors
+def retrain(
+    input_uri: str,
+    registry_root: str,
+    dataset: str,
+    host: str,
+    if_changed: bool,
+    experiment: str,
+    params: tuple[str, ...],
+    wait: bool,
+    as_json: bool,
+) -> None:
+    """Submit the pipeline for new data (from CI or a CronJob); skip unchanged data."""
+    from tfrecord_suite.retrain import retrain as run_retrain
+    from tfrecord_suite.submit import parse_params, submit_pipeline
+
+    result = run_retrain(
+        input_uri=input_uri,
+        registry_root=registry_root,
+        dataset=dataset,
+        if_changed=if_changed,
+        params=parse_params(params),
+        submit=lambda p: submit_pipeline(host=host, experiment=experiment, params=p, wait=wait),
+    )
+    _emit(
+        result, as_json, lambda r: ("submitted: " if r["submitted"] else "skipped: ") + r["reason"]
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
