@@ -220,16 +220,23 @@ class _WriteShardFn(beam.DoFn):
         count = shard_plan[split]["num_shards"]
         name = naming.shard_name(split, index, count, self._gzip)
         path = FileSystems.join(self._temp_dir, name)
-        compression = CompressionTypes.GZIP if self._gzip else CompressionTypes.UNCOMPRESSED
-        fh = FileSystems.create(
-            path, mime_type="application/octet-stream", compression_type=compression
-        )
-        payload_bytes = 0
-        with fh:
-            write = _TFRecordUtil.write_record
-            for _, data in records:
-                write(fh, data)
-                payload_bytes += len(data)
+        payload_bytes = sum(len(data) for _, data in records)
+        if "://" not in path:
+            # local file: TensorFlow's C++ writer frames and checksums ~4x faster than Python
+            import tensorflow as tf
+
+            options = tf.io.TFRecordOptions(compression_type="GZIP" if self._gzip else "")
+            with tf.io.TFRecordWriter(path, options) as writer:
+                for _, data in records:
+                    writer.write(data)
+        else:
+            compression = CompressionTypes.GZIP if self._gzip else CompressionTypes.UNCOMPRESSED
+            with FileSystems.create(
+                path, mime_type="application/octet-stream", compression_type=compression
+            ) as fh:
+                write = _TFRecordUtil.write_record
+                for _, data in records:
+                    write(fh, data)
         self.written.inc(len(records))
         self.shards.inc()
         self.bytes.inc(payload_bytes)
