@@ -1,0 +1,70 @@
+"""Contract test: `submit` with the real kfp.Client against a local stand-in of the KFP v2beta1 API
+(tests/fakekfp.py) that checks every request body; no cluster involved."""
+
+import warnings
+
+import pytest
+from fakekfp import FakeKfp
+
+from tfrecord_suite.submit import submit_pipeline
+
+PARAMS = {
+    "input_uri": "gs://b/raw.csv",
+    "registry_root": "gs://b/reg",
+    "dataset_name": "rows",
+    "epochs": 3,
+}
+
+
+def test_first_submit_uploads_pipeline_and_starts_a_run():
+    with FakeKfp() as api, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = submit_pipeline(host=api.url, experiment="exp", params=PARAMS, wait=True, timeout=30)
+        assert api.errors == []
+        paths = [(r["method"], r["path"]) for r in api.requests]
+        assert ("POST", "/apis/v2beta1/pipelines/upload") in paths
+        assert ("POST", "/apis/v2beta1/runs") in paths
+        run = next(r for r in api.requests if r["path"] == "/apis/v2beta1/runs")["json"]
+        assert run["runtime_config"]["parameters"] == PARAMS
+        upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
+        assert upload["pipelineInfo"]["name"] == "tfrecord-suite"
+        assert out["state"].endswith("SUCCEEDED") and out["run_id"] in api.runs
+        # a second submit adds a pipeline version instead of a second pipeline
+        again = submit_pipeline(host=api.url, experiment="exp", params=PARAMS)
+        assert len(api.pipelines) == 1 and len(api.versions[out["pipeline_id"]]) == 2
+        assert again["version_id"] == api.versions[out["pipeline_id"]][0]["pipeline_version_id"]
+        assert api.errors == []
+
+
+def test_schedule_creates_a_recurring_run():
+    with FakeKfp() as api, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = submit_pipeline(
+            host=api.url, experiment="nightly", params=PARAMS, schedule="0 0 3 * * *"
+        )
+        assert api.errors == []
+        job = api.recurring[out["recurring_run_id"]]
+        assert job["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * *"
+        assert job["max_concurrency"] in ("1", 1) and not api.runs
+
+
+@pytest.mark.parametrize("state", ["FAILED"])
+def test_cli_wait_exits_nonzero_on_failed_run(state):
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli import main
+
+    with FakeKfp(final_state=state) as api:
+        result = CliRunner().invoke(
+            main,
+            [
+                "submit",
+                "--host",
+                api.url,
+                "--wait",
+                "--json",
+                *[f"--param={k}={v}" for k, v in PARAMS.items()],
+            ],
+        )
+    assert result.exit_code == 1, result.output
+    assert "FAILED" in result.output
