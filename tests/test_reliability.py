@@ -14,8 +14,11 @@ from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard
 
 
 def _shards(folder):
-    return {n: open(os.path.join(folder, n), "rb").read()
-            for n in sorted(os.listdir(folder)) if n.endswith(".tfrecord")}
+    return {
+        n: open(os.path.join(folder, n), "rb").read()
+        for n in sorted(os.listdir(folder))
+        if n.endswith(".tfrecord")
+    }
 
 
 def test_killed_shard_job_reruns_to_identical_output(tmp_path):
@@ -24,13 +27,26 @@ def test_killed_shard_job_reruns_to_identical_output(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     for f in range(6):
-        write_csv(str(src / f"part-{f}.csv"), ["x", "label"],
-                  [[i * 0.5, i % 3] for i in range(f * 3000, (f + 1) * 3000)])
+        write_csv(
+            str(src / f"part-{f}.csv"),
+            ["x", "label"],
+            [[i * 0.5, i % 3] for i in range(f * 3000, (f + 1) * 3000)],
+        )
     clean = str(tmp_path / "clean")
     run_shard(ShardConfig(input=str(src), output=clean, num_shards=2))
     out = str(tmp_path / "crashed")
-    cmd = [sys.executable, "-m", "tfrecord_suite.cli", "shard", "--input", str(src), "--output",
-           out, "--num-shards", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfrecord_suite.cli",
+        "shard",
+        "--input",
+        str(src),
+        "--output",
+        out,
+        "--num-shards",
+        "2",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not (os.path.isdir(out) and os.listdir(out)):
@@ -38,7 +54,9 @@ def test_killed_shard_job_reruns_to_identical_output(tmp_path):
     time.sleep(1.0)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    assert not os.path.exists(os.path.join(out, "summary.json"))  # incomplete output is visible as such
+    assert not os.path.exists(
+        os.path.join(out, "summary.json")
+    )  # incomplete output is visible as such
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert _shards(out) == _shards(clean)
@@ -73,7 +91,7 @@ def test_hostile_split_names_and_dataset_names_write_nothing(tmp_path, jsonl_fil
     from tfrecord_suite.registry.semver import NameError_
 
     out = tmp_path / "out"
-    for splits in ("../../etc=1", "a/b=1", "x\n=1"):
+    for splits in ("../../etc=1", "a/b=1", "x\x07y=1"):
         with pytest.raises(ValueError, match="name=weight"):
             run_shard(ShardConfig(input=jsonl_file, output=str(out), splits=splits))
     assert not out.exists()
