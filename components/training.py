@@ -43,9 +43,88 @@ def report_op(
     dataset: Input[Dataset],
     model: Input[Model],
     metrics: Input[Metrics],
+    evaluation: Input[Metrics],
+    registered: Input[Model],
     summary: Output[Markdown],
 ) -> str:
-    """Say where the dataset version, the model and the metrics are."""
+    """Say where the dataset version, the model and the metrics are, and what the gate decided."""
     from tfrecord_suite.tasks import report_task
 
-    return report_task(dataset=dataset, model=model, metrics=metrics, summary=summary)
+    return report_task(
+        dataset=dataset,
+        model=model,
+        metrics=metrics,
+        evaluation=evaluation,
+        registered=registered,
+        summary=summary,
+    )
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def evaluate_op(
+    dataset: Input[Dataset],
+    model: Input[Model],
+    model_registry: str,
+    model_name: str,
+    baseline_alias: str,
+    tolerance: float,
+    evaluation: Output[Metrics],
+    comparison: Output[Markdown],
+) -> str:
+    """Score the new model and the current baseline on the same test split; promote or hold."""
+    from tfrecord_suite.tasks import evaluate_task
+
+    return evaluate_task(
+        dataset=dataset,
+        model=model,
+        model_registry=model_registry,
+        model_name=model_name,
+        baseline_alias=baseline_alias,
+        tolerance=tolerance,
+        evaluation=evaluation,
+        comparison=comparison,
+    )
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def register_op(
+    dataset: Input[Dataset],
+    model: Input[Model],
+    evaluation: Input[Metrics],
+    model_registry: str,
+    model_name: str,
+    run_id: str,
+    registered: Output[Model],
+) -> int:
+    """Register the model as a new numbered, checksummed version with its lineage."""
+    from tfrecord_suite.tasks import register_task
+
+    return register_task(
+        dataset=dataset,
+        model=model,
+        evaluation=evaluation,
+        model_registry=model_registry,
+        model_name=model_name,
+        run_id=run_id,
+        registered=registered,
+    )
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def promote_op(
+    registered: Input[Model],
+    evaluation: Input[Metrics],
+    model_registry: str,
+    model_name: str,
+    alias: str,
+) -> int:
+    """Point the alias at the new model if it still points to the baseline that was compared."""
+    from tfrecord_suite.tasks import promote_task
+
+    return promote_task(
+        registered=registered,
+        evaluation=evaluation,
+        model_registry=model_registry,
+        model_name=model_name,
+        alias=alias,
+    )

@@ -1,4 +1,4 @@
-"""The one pipeline definition: fingerprint -> shard -> version -> train -> report.
+"""The one pipeline: shard, version, train, evaluate, register, gate and promote, report.
 
 ``tfrecord-suite run`` executes it with ``kfp.local`` and ``tfrecord-suite compile`` writes it as
 YAML for the Kubeflow UI; both use this function unchanged.
@@ -7,7 +7,13 @@ YAML for the Kubeflow UI; both use this function unchanged.
 from kfp import dsl
 
 from tfrecord_suite.components.data import fingerprint_op, shard_op, version_op
-from tfrecord_suite.components.training import report_op, train_op
+from tfrecord_suite.components.training import (
+    evaluate_op,
+    promote_op,
+    register_op,
+    report_op,
+    train_op,
+)
 from tfrecord_suite.pipelines.placement import Placement
 
 PIPELINE_NAME = "tfrecord-suite"
@@ -20,7 +26,8 @@ def build_pipeline(placement: Placement | None = None):
     @dsl.pipeline(
         name=PIPELINE_NAME,
         description="Raw data -> sharded TFRecords (Beam) -> versioned dataset -> tf.distribute "
-        "training -> report.",
+        "training -> evaluation against the stable model -> registered model, promoted if at "
+        "least as good -> report.",
     )
     def tfrecord_suite_pipeline(
         input_uri: str,
@@ -44,6 +51,10 @@ def build_pipeline(placement: Placement | None = None):
         batch_size: int = 64,
         learning_rate: float = 0.001,
         model_fn: str = "",
+        model_registry: str = "",
+        model_name: str = "",
+        promote_alias: str = "stable",
+        promote_tolerance: float = 0.0,
     ) -> str:
         """Shard, version, train and report.
 
@@ -69,6 +80,10 @@ def build_pipeline(placement: Placement | None = None):
             batch_size: Per-replica batch size.
             learning_rate: Adam learning rate.
             model_fn: module:function building the model; built-in when empty.
+            model_registry: Model registry root; ``<registry_root>/_models`` when empty.
+            model_name: Registered model name; the dataset name when empty.
+            promote_alias: Alias the gate compares against and moves on success.
+            promote_tolerance: How much worse than the baseline still promotes.
 
         """
         fingerprint = fingerprint_op(input_uri=input_uri).set_display_name("Fingerprint input")
@@ -109,10 +124,40 @@ def build_pipeline(placement: Placement | None = None):
             model_fn=model_fn,
         ).set_display_name("Train (tf.distribute)")
         placement.apply(train)
+        evaluate = evaluate_op(
+            dataset=version.outputs["dataset"],
+            model=train.outputs["model"],
+            model_registry=model_registry,
+            model_name=model_name,
+            baseline_alias=promote_alias,
+            tolerance=promote_tolerance,
+        ).set_display_name("Evaluate against the stable model")
+        evaluate.set_retry(num_retries=2, backoff_duration="10s", backoff_factor=2)
+        register = register_op(
+            dataset=version.outputs["dataset"],
+            model=train.outputs["model"],
+            evaluation=evaluate.outputs["evaluation"],
+            model_registry=model_registry,
+            model_name=model_name,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        ).set_display_name("Register model")
+        register.set_caching_options(False)  # a cached result would skip registering this run
+        register.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
+        with dsl.If(evaluate.outputs["Output"] == "promote", name="gate-at-least-as-good"):
+            promote = promote_op(
+                registered=register.outputs["registered"],
+                evaluation=evaluate.outputs["evaluation"],
+                model_registry=model_registry,
+                model_name=model_name,
+                alias=promote_alias,
+            ).set_display_name("Promote model")
+            promote.set_caching_options(False)
         report = report_op(
             dataset=version.outputs["dataset"],
             model=train.outputs["model"],
             metrics=train.outputs["metrics"],
+            evaluation=evaluate.outputs["evaluation"],
+            registered=register.outputs["registered"],
         ).set_display_name("Report")
         return report.outputs["Output"]
 

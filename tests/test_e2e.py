@@ -1,5 +1,6 @@
-"""End to end: the whole DAG (fingerprint -> shard -> version -> train -> report) through
-kfp.local's SubprocessRunner on small real data, as `make demo` runs it."""
+"""End to end: the whole DAG (fingerprint -> shard -> version -> train -> evaluate -> register ->
+gate/promote -> report) through kfp.local's SubprocessRunner on small real data, as `make demo`
+runs it."""
 
 import json
 import os
@@ -10,6 +11,7 @@ import pytest
 
 from tfrecord_suite import storage
 from tfrecord_suite.local_run import run_local
+from tfrecord_suite.registry.models import ModelRegistry
 
 
 @pytest.mark.e2e
@@ -30,11 +32,21 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
     assert os.path.isfile(os.path.join(r["export_dir"], "saved_model.pb"))
     metrics = json.loads(storage.read_text(r["metrics_file"]))
     assert metrics["dataset_digest"] == manifest["content_digest"]
-    # a rerun on the same data publishes nothing new: the version step is idempotent
+    # first model: nothing to beat, so it is registered and promoted to `stable`
+    assert (r["registered_model"], r["gate"]) == (1, "promote"), r["gate_reason"]
+    models = ModelRegistry(str(tmp_path / "bucket" / "registry" / "_models"))
+    assert models.alias("digits", "stable") == 1
+    models.verify("digits", 1)
+    # a rerun on the same data publishes nothing new (the version step is idempotent); its one
+    # epoch model is registered but scores worse on the same test split, so the gate holds
     again = run_local(
         input_uri=digits_dir, workdir=str(tmp_path / "bucket"), dataset_name="digits", epochs=1
     )
     assert again["dataset_ref"] == r["dataset_ref"]
+    assert (again["registered_model"], again["gate"]) == (2, "hold"), again["gate_reason"]
+    assert models.alias("digits", "stable") == 1 and models.alias("digits", "latest") == 2
+    lineage = models.get("digits", 2).manifest["lineage"]
+    assert lineage["dataset_digest"] == manifest["content_digest"]
 
 
 @pytest.mark.e2e

@@ -28,8 +28,26 @@ def test_yaml_parses_as_pipeline_spec_proto():
     spec = json_format.ParseDict(docs[0], pipeline_spec_pb2.PipelineSpec())
     assert spec.pipeline_info.name == "tfrecord-suite"
     tasks = spec.root.dag.tasks
-    assert set(tasks) == {"fingerprint-op", "shard-op", "version-op", "train-op", "report-op"}
+    assert set(tasks) == {
+        "fingerprint-op",
+        "shard-op",
+        "version-op",
+        "train-op",
+        "evaluate-op",
+        "register-op",
+        "condition-1",
+        "report-op",
+    }
     assert tasks["version-op"].dependent_tasks == ["shard-op"]
+    # the gate: promote runs only inside the condition on the evaluation's decision
+    gate = tasks["condition-1"]
+    assert "promote" in gate.trigger_policy.condition
+    assert "evaluate-op" in gate.trigger_policy.condition
+    assert set(spec.components["comp-condition-1"].dag.tasks) == {"promote-op"}
+    # steps that write the registries re-run instead of returning a cached result
+    for name in ("version-op", "register-op", "fingerprint-op"):
+        assert not tasks[name].caching_options.enable_cache, name
+    assert tasks["train-op"].caching_options.enable_cache
     assert (
         spec.components["comp-train-op"]
         .output_definitions.artifacts["model"]

@@ -23,12 +23,14 @@ EXIT_USAGE = 2
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
+    from tfrecord_suite.registry.models import ModelRegistryError
     from tfrecord_suite.registry.registry import RegistryError
     from tfrecord_suite.schema import SchemaError
     from tfrecord_suite.shard.sources import InputError
 
     errors: list[type[BaseException]] = [
         ValueError,
+        ModelRegistryError,
         FileNotFoundError,
         RegistryError,
         SchemaError,
@@ -352,6 +354,129 @@ def version_gc(root: str, dataset: str, grace_seconds: float, dry_run: bool, as_
     )
 
 
+# ---------------------------------------------------------------------------------------- models
+
+
+@main.group()
+def models() -> None:
+    """Registered models: list, show, verify and promote."""
+
+
+def _model_registry(root: str) -> Any:
+    from tfrecord_suite.registry.models import ModelRegistry
+
+    return ModelRegistry(root)
+
+
+@models.command("list")
+@click.option("--registry", "root", required=True, help="Model registry root (<registry>/_models).")
+@click.option("--model", "name", required=True, help="Model name (the dataset name by default).")
+@json_option
+@friendly_errors
+def models_list(root: str, name: str, as_json: bool) -> None:
+    """List a model's versions and aliases."""
+    reg = _model_registry(root)
+    out = []
+    aliases: dict[int, list[str]] = {}
+    for info in storage.list_files(storage.join(reg.model_dir(name), "aliases")):
+        alias = storage.basename(info.uri).removesuffix(".json")
+        aliases.setdefault(reg.alias(name, alias), []).append(alias)
+    for v in reg.versions(name):
+        m = reg.get(name, v).manifest
+        evaluation = m["lineage"].get("evaluation", {})
+        out.append(
+            {
+                "version": v,
+                "created": m["created"],
+                "dataset": m["lineage"].get("dataset"),
+                "gate": evaluation.get("decision"),
+                "aliases": sorted(aliases.get(v, [])),
+            }
+        )
+    _emit(
+        out,
+        as_json,
+        lambda o: (
+            "\n".join(
+                f"v{r['version']}  {r['created']}  {r['dataset']}  gate={r['gate']}"
+                + (f"  [{', '.join(r['aliases'])}]" if r["aliases"] else "")
+                for r in o
+            )
+            or "(no versions)"
+        ),
+    )
+
+
+@models.command("show")
+@click.option("--registry", "root", required=True, help="Model registry root.")
+@click.option("--model", "name", required=True, help="Model name.")
+@click.option("--version", "selector", default="stable", show_default=True, help="Number or alias.")
+@json_option
+@friendly_errors
+def models_show(root: str, name: str, selector: str, as_json: bool) -> None:
+    """Show a model version's manifest (files, lineage, evaluation)."""
+    model = _model_registry(root).resolve(name, selector)
+    if model is None:
+        raise ValueError(f"model {name} has no version {selector!r} in {root}")
+    _emit({**model.manifest, "export_dir": model.export_dir}, True)
+
+
+@models.command("verify")
+@click.option("--registry", "root", required=True, help="Model registry root.")
+@click.option("--model", "name", required=True, help="Model name.")
+@click.option("--version", "selector", default="stable", show_default=True, help="Number or alias.")
+@json_option
+@friendly_errors
+def models_verify(root: str, name: str, selector: str, as_json: bool) -> None:
+    """Recompute every file's checksum of a model version."""
+    reg = _model_registry(root)
+    model = reg.resolve(name, selector)
+    if model is None:
+        raise ValueError(f"model {name} has no version {selector!r} in {root}")
+    reg.verify(name, model.version)
+    _emit(
+        {
+            "model": name,
+            "version": model.version,
+            "files": len(model.manifest["files"]),
+            "ok": True,
+        },
+        as_json,
+        lambda o: f"OK {name} v{o['version']}: {o['files']} files verified",
+    )
+
+
+@models.command("promote")
+@click.option("--registry", "root", required=True, help="Model registry root.")
+@click.option("--model", "name", required=True, help="Model name.")
+@click.option("--version", "version", required=True, type=int, help="Version to promote.")
+@click.option("--alias", default="stable", show_default=True, help="Alias to move.")
+@click.option(
+    "--expect",
+    default=None,
+    help="Only if the alias points to this version now ('none': must not exist).",
+)
+@json_option
+@friendly_errors
+def models_promote(
+    root: str, name: str, version: int, alias: str, expect: str | None, as_json: bool
+) -> None:
+    """Point ALIAS at a model version by hand (compare-and-swap with --expect)."""
+    expected: Any = ...
+    if expect is not None:
+        expected = None if expect.lower() == "none" else int(expect)
+    try:
+        _model_registry(root).set_alias(name, alias, version, expected=expected)
+    except storage.PreconditionFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    _emit(
+        {"model": name, "alias": alias, "version": version},
+        as_json,
+        lambda o: f"{name}@{alias} -> v{version}",
+    )
+
+
 # ----------------------------------------------------------------------------------------- train
 
 
@@ -392,7 +517,9 @@ def _run_human(r: dict[str, Any]) -> str:
     metrics = ", ".join(f"{k}={v}" for k, v in sorted(r["metrics"].items()))
     return (
         f"dataset version: {r['dataset_ref']}\n  folder: {r['dataset_uri']}\n"
-        f"model: {r['export_dir']}\nmetrics: {r['metrics_file']}\n  {metrics}"
+        f"model: {r['export_dir']}\nmetrics: {r['metrics_file']}\n  {metrics}\n"
+        f"registered model: v{r.get('registered_model')} at {r.get('registered_model_uri')}\n"
+        f"gate: {r.get('gate')} ({r.get('gate_reason')})"
     )
 
 
@@ -434,7 +561,11 @@ def run(
     cpu_devices: int,
     as_json: bool,
 ) -> None:
-    """Run the whole pipeline DAG locally with kfp.local (shard -> version -> train -> report)."""
+    """Run the whole pipeline DAG locally with kfp.local.
+
+    Shard -> version -> train -> evaluate against the stable model -> register -> promote if at
+    least as good -> report.
+    """
     from tfrecord_suite.local_run import run_local
     from tfrecord_suite.registry.semver import check_name
     from tfrecord_suite.shard import sources

@@ -194,8 +194,18 @@ def train_task(
     _write_markdown(report, storage.read_text(storage.join(result["model_dir"], REPORT_MD)))
 
 
-def report_task(*, dataset: Any, model: Any, metrics: Any, summary: Any) -> str:
+def report_task(
+    *,
+    dataset: Any,
+    model: Any,
+    metrics: Any,
+    summary: Any,
+    evaluation: Any = None,
+    registered: Any = None,
+) -> str:
     """A closing Markdown summary: where the dataset version, the model and the metrics are."""
+    gate = dict(evaluation.metadata) if evaluation is not None else {}
+    reg = dict(registered.metadata) if registered is not None else {}
     lines = [
         "# tfrecord-suite run",
         "",
@@ -205,6 +215,14 @@ def report_task(*, dataset: Any, model: Any, metrics: Any, summary: Any) -> str:
         f"- Model (SavedModel, serving_default takes serialized tf.Example): "
         f"`{model.metadata.get('export_dir', model.uri)}`",
         f"- Metrics: `{storage.join(model.uri, 'metrics.json')}`",
+    ]
+    if reg:
+        lines.append(
+            f"- Registered model: `{reg.get('model')}` v{reg.get('version')} at `{registered.uri}`"
+        )
+    if gate:
+        lines.append(f"- Gate: **{gate.get('decision')}** ({gate.get('reason')})")
+    lines += [
         "",
         "| metric | value |",
         "|---|---:|",
@@ -220,5 +238,139 @@ def report_task(*, dataset: Any, model: Any, metrics: Any, summary: Any) -> str:
             "export_dir": model.metadata.get("export_dir"),
             "metrics_file": storage.join(model.uri, "metrics.json"),
             "metrics": dict(metrics.metadata),
+            "registered_model": reg.get("version"),
+            "registered_model_uri": registered.uri if registered is not None else None,
+            "gate": gate.get("decision"),
+            "gate_reason": gate.get("reason"),
         }
     )
+
+
+def default_model_registry(registry_root: str) -> str:
+    """Where models are registered when no model registry is given: beside the datasets."""
+    return storage.join(registry_root, "_models")
+
+
+def _model_target(dataset: Any, model_registry: str, model_name: str) -> tuple[str, str]:
+    """The model registry and name, defaulting to ``<dataset registry>/_models`` and the dataset."""
+    from tfrecord_suite.registry.semver import DatasetRef
+
+    if model_registry and model_name:
+        return model_registry, model_name
+    ref = DatasetRef.parse(dataset.metadata["ref"])
+    return model_registry or default_model_registry(ref.root), model_name or ref.dataset
+
+
+def evaluate_task(
+    *,
+    dataset: Any,
+    model: Any,
+    model_registry: str,
+    model_name: str,
+    baseline_alias: str,
+    tolerance: float,
+    evaluation: Any,
+    comparison: Any,
+) -> str:
+    """Score the new model and the ``baseline_alias`` model on the test split; return the decision.
+
+    The decision (``promote`` or ``hold``), both scores and the baseline version compared against
+    go into ``evaluation``'s metadata; the promote step reads the baseline version from there.
+    """
+    from tfrecord_suite.train.evaluate import GateConfig, markdown, run_gate
+
+    _setup_logging()
+    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    result = run_gate(
+        GateConfig(
+            dataset=dataset.metadata.get("ref") or dataset.uri,
+            export_dir=model.metadata.get("export_dir") or storage.join(model.uri, "export"),
+            model_registry=model_registry,
+            model_name=model_name,
+            baseline_alias=baseline_alias,
+            tolerance=tolerance,
+        )
+    )
+    metric = result["metric"]
+    evaluation.log_metric(f"candidate_{metric}", round(result["candidate"]["value"], 6))
+    if result.get("baseline"):
+        evaluation.log_metric(f"baseline_{metric}", round(result["baseline"]["value"], 6))
+    evaluation.metadata.update(
+        {
+            "decision": result["decision"],
+            "reason": result["reason"],
+            "baseline_version": result["baseline_version"],
+            "baseline_alias": baseline_alias,
+            "dataset": result["dataset"],
+        }
+    )
+    _write_markdown(comparison, markdown(result))
+    return result["decision"]
+
+
+def register_task(
+    *,
+    dataset: Any,
+    model: Any,
+    evaluation: Any,
+    model_registry: str,
+    model_name: str,
+    run_id: str,
+    registered: Any,
+) -> int:
+    """Register the trained model (promoted or not) with its lineage; return its number."""
+    from tfrecord_suite.registry.models import ModelRegistry
+
+    _setup_logging()
+    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    export_dir = model.metadata.get("export_dir") or storage.join(model.uri, "export")
+    model_uri = storage.normalize(model.uri)
+    result = ModelRegistry(model_registry).register(
+        model_name,
+        model_uri,
+        storage.relative_to(storage.normalize(export_dir), model_uri),
+        lineage={
+            "dataset": dataset.metadata.get("ref"),
+            "dataset_uri": dataset.uri,
+            "dataset_digest": dataset.metadata.get("digest"),
+            "evaluation": dict(evaluation.metadata),
+            "pipeline_run_id": run_id or None,
+            "image": images.COMPONENT_IMAGE,
+        },
+    )
+    registered.uri = result.uri
+    registered.metadata.update(
+        {
+            "model": model_name,
+            "model_registry": model_registry,
+            "version": result.version,
+            "export_dir": result.export_dir,
+            "content_digest": result.manifest["content_digest"],
+            "dataset": dataset.metadata.get("ref"),
+        }
+    )
+    return result.version
+
+
+def promote_task(
+    *, registered: Any, evaluation: Any, model_registry: str, model_name: str, alias: str
+) -> int:
+    """Move ``alias`` to the registered model, only if it still points to the baseline evaluated.
+
+    Raises:
+        storage.PreconditionFailed: Another run promoted a model after this run's evaluation;
+            this run's comparison is stale, so it does not overwrite that promotion.
+
+    """
+    from tfrecord_suite.registry.models import ModelRegistry
+
+    _setup_logging()
+    model_registry = model_registry or registered.metadata["model_registry"]
+    model_name = model_name or registered.metadata["model"]
+    baseline = evaluation.metadata.get("baseline_version")
+    version = int(registered.metadata["version"])
+    ModelRegistry(model_registry).set_alias(
+        model_name, alias, version, expected=None if baseline is None else int(baseline)
+    )
+    _LOG.info("model %s: %s -> v%d (was %s)", model_name, alias, version, baseline)
+    return version

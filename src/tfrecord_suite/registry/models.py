@@ -1,0 +1,259 @@
+"""A model registry beside the dataset registry: numbered, checksummed model versions and aliases.
+
+Layout::
+
+    <root>/<model>/<N>/model.json               the version exists iff this exists
+    <root>/<model>/<N>/data-<attempt>/...       the SavedModel and its metrics, copied first
+    <root>/<model>/aliases/<alias>.json         ``stable`` and friends, compare-and-swap
+
+Versions are 1, 2, 3...: a model has no compatibility contract to encode in the number, and its
+lineage (the dataset version and digest it was trained on, its evaluation) is in ``model.json``.
+Publishing copies the files into a folder unique to the attempt and then creates ``model.json``
+with create-if-absent, exactly like dataset versions, so concurrent registrations each get their
+own number and a crash leaves nothing a reader can see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from tfrecord_suite import __version__, storage
+from tfrecord_suite.registry.semver import check_name
+
+_LOG = logging.getLogger(__name__)
+MODEL_MANIFEST = "model.json"
+ALIASES = "aliases"
+_ATTEMPTS = 20
+
+
+class ModelRegistryError(RuntimeError):
+    """A model version is missing, corrupt or cannot be registered."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisteredModel:
+    """One registered model version.
+
+    Attributes:
+        name: Model name.
+        version: Its number.
+        uri: The version folder.
+        export_dir: The SavedModel inside it (``serving_default`` takes serialized tf.Examples).
+        manifest: The parsed ``model.json``.
+
+    """
+
+    name: str
+    version: int
+    uri: str
+    export_dir: str
+    manifest: dict[str, Any]
+
+
+class ModelRegistry:
+    """Model versions and aliases under one root (a folder or a ``gs://`` prefix)."""
+
+    def __init__(self, root: str):
+        self.root = storage.normalize(root)
+
+    def model_dir(self, name: str) -> str:
+        """Folder of a model."""
+        return storage.join(self.root, check_name(name, "model"))
+
+    def version_dir(self, name: str, version: int) -> str:
+        """Folder of one version."""
+        return storage.join(self.model_dir(name), str(int(version)))
+
+    def alias_uri(self, name: str, alias: str) -> str:
+        """URI of an alias pointer."""
+        return storage.join(self.model_dir(name), ALIASES, f"{check_name(alias, 'alias')}.json")
+
+    def versions(self, name: str) -> list[int]:
+        """Registered versions, oldest first."""
+        return sorted(
+            int(d)
+            for d in storage.list_dirs(self.model_dir(name))
+            if d.isdigit() and storage.exists(storage.join(self.model_dir(name), d, MODEL_MANIFEST))
+        )
+
+    def get(self, name: str, version: int) -> RegisteredModel:
+        """One version.
+
+        Raises:
+            ModelRegistryError: It does not exist or its manifest is unreadable.
+
+        """
+        vdir = self.version_dir(name, version)
+        uri = storage.join(vdir, MODEL_MANIFEST)
+        try:
+            manifest = json.loads(storage.read_text(uri))
+        except FileNotFoundError:
+            raise ModelRegistryError(
+                f"model {name} v{version} does not exist in {self.root}"
+            ) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelRegistryError(f"{uri}: not valid JSON ({exc})") from None
+        return RegisteredModel(
+            name, int(version), vdir, storage.join(vdir, manifest["export_dir"]), manifest
+        )
+
+    def alias(self, name: str, alias: str) -> int | None:
+        """The version an alias points to, or None."""
+        data, _ = storage.read_with_token(self.alias_uri(name, alias))
+        return None if data is None else int(json.loads(data)["version"])
+
+    def resolve(self, name: str, selector: str = "stable") -> RegisteredModel | None:
+        """A version by number or alias (``latest`` is the newest); None when there is none."""
+        if selector.isdigit():
+            return self.get(name, int(selector))
+        version = self.alias(name, selector)
+        if version is None and selector == "latest":
+            versions = self.versions(name)
+            version = versions[-1] if versions else None
+        return None if version is None else self.get(name, version)
+
+    def set_alias(
+        self,
+        name: str,
+        alias: str,
+        version: int,
+        expected: int | Any | None = ...,
+        only_forward: bool = False,
+    ) -> int:
+        """Point ``alias`` at ``version`` with compare-and-swap.
+
+        Args:
+            name: Model name.
+            alias: Alias name.
+            version: Target version; must exist.
+            expected: The version the alias must point to now (None: must not exist). A
+                mismatch raises, so a promotion decided against one baseline never overwrites a
+                different model promoted meanwhile. Omitted: retry until written.
+            only_forward: Leave the alias alone if it already points to a newer version.
+
+        Raises:
+            storage.PreconditionFailed: ``expected`` did not match.
+            ModelRegistryError: ``version`` does not exist.
+
+        """
+        self.get(name, version)
+        uri = self.alias_uri(name, alias)
+        for _ in range(100):
+            data, token = storage.read_with_token(uri)
+            current = None if data is None else json.loads(data)
+            current_v = None if current is None else int(current["version"])
+            if expected is not ... and current_v != expected:
+                raise storage.PreconditionFailed(
+                    f"alias {alias!r} of model {name} points to {current_v}, expected {expected}"
+                )
+            if only_forward and current_v is not None and current_v >= version:
+                return current_v
+            history = (current or {}).get("history", [])[-19:]
+            if current_v is not None:
+                history.append({"version": current_v, "until": _now()})
+            body = {"alias": alias, "model": name, "version": int(version), "updated": _now(),
+                    "history": history}  # fmt: skip
+            try:
+                storage.compare_and_swap(uri, json.dumps(body, indent=2).encode(), token)
+                return int(version)
+            except storage.PreconditionFailed:
+                if expected is not ...:
+                    raise
+                time.sleep(0.01)
+        raise ModelRegistryError(f"alias {alias!r} of model {name}: too much contention")
+
+    def register(
+        self,
+        name: str,
+        model_dir: str,
+        export_subdir: str,
+        lineage: dict[str, Any],
+    ) -> RegisteredModel:
+        """Copy ``model_dir`` (SavedModel, metrics, report) into a new version.
+
+        Args:
+            name: Model name.
+            model_dir: The training step's output folder.
+            export_subdir: The SavedModel's folder, relative to ``model_dir``.
+            lineage: Dataset ref and digest, evaluation, pipeline run... stored in the manifest.
+
+        Raises:
+            ModelRegistryError: ``model_dir`` holds no SavedModel, or registration kept losing.
+
+        """
+        check_name(name, "model")
+        model_dir = storage.normalize(model_dir)
+        files = [
+            f
+            for f in storage.list_files(model_dir)
+            # checkpoints, backups and TensorBoard logs are training by-products, not the model
+            if storage.relative_to(f.uri, model_dir).split("/")[0]
+            not in ("backup", "checkpoints", "logs")
+        ]
+        rel = [storage.relative_to(f.uri, model_dir) for f in files]
+        if f"{export_subdir}/saved_model.pb" not in rel:
+            raise ModelRegistryError(
+                f"{model_dir} holds no SavedModel at {export_subdir}/saved_model.pb"
+            )
+        for _ in range(_ATTEMPTS):
+            existing = self.versions(name)
+            version = (existing[-1] if existing else 0) + 1
+            vdir = self.version_dir(name, version)
+            attempt = f"data-{uuid.uuid4().hex[:12]}"
+            entries = []
+            content = hashlib.sha256()
+            for f, r in sorted(zip(files, rel, strict=True), key=lambda p: p[1]):
+                dst = storage.join(vdir, attempt, r)
+                storage.copy(f.uri, dst)
+                digest = storage.sha256(dst)
+                entries.append({"path": r, "bytes": storage.stat(dst).size, "sha256": digest})
+                content.update(f"{r}\0{digest}\n".encode())
+            manifest = {
+                "format": 1,
+                "model": name,
+                "version": version,
+                "created": _now(),
+                "files_dir": attempt,
+                "export_dir": f"{attempt}/{export_subdir}",
+                "files": entries,
+                "content_digest": content.hexdigest(),
+                "lineage": lineage,
+                "producer": {"package": f"tfrecord-suite {__version__}"},
+            }
+            text = json.dumps(manifest, indent=2, sort_keys=True).encode()
+            if storage.create_if_absent(storage.join(vdir, MODEL_MANIFEST), text):
+                self.set_alias(name, "latest", version, only_forward=True)
+                return self.get(name, version)
+            _LOG.info("lost the race for model %s v%d; retrying", name, version)
+            storage.delete_tree(storage.join(vdir, attempt))
+        raise ModelRegistryError(f"could not register model {name} after {_ATTEMPTS} attempts")
+
+    def verify(self, name: str, version: int) -> RegisteredModel:
+        """Check every file of a version against its manifest.
+
+        Raises:
+            ModelRegistryError: Naming each missing or changed file.
+
+        """
+        model = self.get(name, version)
+        problems = []
+        for entry in model.manifest["files"]:
+            uri = storage.join(model.uri, model.manifest["files_dir"], entry["path"])
+            if not storage.exists(uri):
+                problems.append(f"{entry['path']}: missing")
+            elif storage.sha256(uri) != entry["sha256"]:
+                problems.append(f"{entry['path']}: checksum mismatch")
+        if problems:
+            raise ModelRegistryError(f"model {name} v{version} is corrupt: " + "; ".join(problems))
+        return model
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

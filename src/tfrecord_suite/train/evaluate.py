@@ -1,0 +1,178 @@
+"""Evaluate a candidate model against the registered baseline on the same test split: the gate.
+
+Both models are scored through their exported ``serving_default`` signatures on the raw serialized
+test examples of one dataset version, so the comparison covers exactly what serving would do,
+preprocessing included, and is fair (same records, same code path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from tfrecord_suite.schema import Schema
+
+_LOG = logging.getLogger(__name__)
+
+PROMOTE = "promote"
+HOLD = "hold"
+
+
+@dataclasses.dataclass
+class GateConfig:
+    """How the candidate is compared with the baseline.
+
+    Attributes:
+        dataset: Dataset version ref (``<root>/<name>@<selector>``) whose split is scored.
+        export_dir: The candidate's SavedModel.
+        model_registry: Model registry root.
+        model_name: Registered model name.
+        baseline_alias: Alias of the model to beat.
+        split: Split both models are scored on.
+        tolerance: How much worse than the baseline (in the metric's units) still promotes.
+
+    """
+
+    dataset: str
+    export_dir: str
+    model_registry: str
+    model_name: str
+    baseline_alias: str = "stable"
+    split: str = "test"
+    tolerance: float = 0.0
+
+    def validate(self) -> None:
+        """Raise ValueError for an impossible setting."""
+        if self.tolerance < 0:
+            raise ValueError(f"--tolerance {self.tolerance}: must be >= 0")
+
+
+def score(export_dir: str, files: list[str], schema: Schema, compression: str) -> dict[str, Any]:
+    """The model's metric on the raw examples in ``files``.
+
+    Classification: accuracy (higher is better), with the confusion matrix. Regression: mean
+    squared error (lower is better).
+    """
+    if schema.label_classes:
+        from tfrecord_suite.train.trainer import serving_evaluation
+
+        out = serving_evaluation(export_dir, files, schema, compression)
+        return {**out, "metric": "accuracy", "value": out["accuracy"], "higher_is_better": True}
+    import numpy as np
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    spec = {schema.label: tf.io.FixedLenFeature([], tf.float32)}
+    squared, n = 0.0, 0
+    for batch in tf.data.TFRecordDataset(files, compression_type=compression).batch(512):
+        pred = np.reshape(serve(examples=batch)["prediction"].numpy(), [-1])
+        labels = tf.io.parse_example(batch, spec)[schema.label].numpy()
+        squared += float(np.sum((pred - labels) ** 2))
+        n += len(labels)
+    mse = squared / max(n, 1)
+    return {"examples": n, "metric": "mse", "value": mse, "higher_is_better": False}
+
+
+def decide(
+    candidate: float, baseline: float | None, higher_is_better: bool, tolerance: float
+) -> tuple[str, str]:
+    """``(promote|hold, why)`` for a candidate score against a baseline score (None: none)."""
+    if baseline is None:
+        return PROMOTE, "no baseline model yet"
+    margin = candidate - baseline if higher_is_better else baseline - candidate
+    if margin >= -tolerance:
+        return (
+            PROMOTE,
+            f"candidate {candidate:.4f} vs baseline {baseline:.4f} (tolerance {tolerance})",
+        )
+    return (
+        HOLD,
+        f"candidate {candidate:.4f} is worse than baseline {baseline:.4f} (tolerance {tolerance})",
+    )
+
+
+def run_gate(config: GateConfig) -> dict[str, Any]:
+    """Score the candidate and the ``baseline_alias`` model on one split and decide.
+
+    Returns:
+        ``decision`` (promote/hold), ``reason``, ``metric``, ``candidate`` and ``baseline``
+        scores, ``baseline_version`` (None without a baseline) and the dataset it used.
+
+    Raises:
+        ValueError: The split does not exist or is empty.
+
+    """
+    config.validate()
+    from tfrecord_suite.registry.models import ModelRegistry
+    from tfrecord_suite.registry.registry import shard_uris
+    from tfrecord_suite.train.trainer import resolve_dataset
+
+    manifest, vdir = resolve_dataset(config.dataset)
+    if not manifest["splits"].get(config.split, {}).get("records"):
+        raise ValueError(
+            f"{manifest['dataset']}@{manifest['version']} has no records in split "
+            f"{config.split!r} to evaluate on (splits: {', '.join(manifest['splits'])})"
+        )
+    schema = Schema.from_dict(manifest["schema"])
+    files = shard_uris(manifest, vdir, config.split)
+    compression = "GZIP" if manifest.get("gzip") else ""
+    candidate = score(config.export_dir, files, schema, compression)
+    registry = ModelRegistry(config.model_registry)
+    baseline_model = registry.resolve(config.model_name, config.baseline_alias)
+    baseline: dict[str, Any] | None = None
+    result: dict[str, Any] = {
+        "dataset": f"{manifest['dataset']}@{manifest['version']}",
+        "dataset_digest": manifest["content_digest"],
+        "split": config.split,
+        "metric": candidate["metric"],
+        "higher_is_better": candidate["higher_is_better"],
+        "candidate": candidate,
+        "baseline_alias": config.baseline_alias,
+        "baseline_version": baseline_model.version if baseline_model else None,
+    }
+    if baseline_model is not None:
+        registry.verify(config.model_name, baseline_model.version)
+        try:
+            baseline = score(baseline_model.export_dir, files, schema, compression)
+        except Exception as exc:
+            result.update(
+                decision=HOLD,
+                reason=f"baseline {config.model_name} v{baseline_model.version} cannot score "
+                f"{result['dataset']} ({type(exc).__name__}: {str(exc)[:300]}); promote by hand "
+                "with `tfrecord-suite models promote` if the new model should replace it",
+                baseline=None,
+            )
+            return result
+    decision, reason = decide(
+        candidate["value"],
+        baseline["value"] if baseline else None,
+        candidate["higher_is_better"],
+        config.tolerance,
+    )
+    result.update(decision=decision, reason=reason, baseline=baseline)
+    _LOG.info("gate: %s (%s)", decision, reason)
+    return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The gate's decision as Markdown for the Kubeflow UI."""
+    base = result.get("baseline")
+    lines = [
+        f"# Model gate: **{result['decision']}**",
+        "",
+        result["reason"],
+        "",
+        f"Scored on split `{result['split']}` of `{result['dataset']}` through each model's "
+        "serving signature.",
+        "",
+        f"| model | {result['metric']} | examples |",
+        "|---|---:|---:|",
+        f"| candidate | {result['candidate']['value']:.4f} | {result['candidate']['examples']} |",
+    ]
+    if base:
+        lines.append(
+            f"| baseline v{result['baseline_version']} ({result['baseline_alias']}) | "
+            f"{base['value']:.4f} | {base['examples']} |"
+        )
+    return "\n".join(lines) + "\n"
