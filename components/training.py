@@ -15,12 +15,18 @@ def train_op(
     batch_size: int,
     learning_rate: float,
     model_fn: str,
+    workers: int,
+    placement: str,
+    run_id: str,
     model: Output[Model],
     metrics: Output[Metrics],
     classification_metrics: Output[ClassificationMetrics],
     report: Output[Markdown],
 ):
-    """Train under tf.distribute with the interleaved tf.data reader; export a SavedModel."""
+    """Train under tf.distribute with the interleaved tf.data reader; export a SavedModel.
+
+    One worker trains in this pod; more (or a placement compiled with ``--tfjob``) launch a TFJob.
+    """
     from tfrecord_suite.tasks import train_task
 
     train_task(
@@ -35,6 +41,9 @@ def train_op(
         metrics=metrics,
         classification_metrics=classification_metrics,
         report=report,
+        workers=workers,
+        placement=placement,
+        run_id=run_id,
     )
 
 

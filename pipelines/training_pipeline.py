@@ -69,7 +69,8 @@ def build_pipeline(placement: Placement | None = None):
             num_shards: Fixed shards per split; 0 plans them from the data size.
             target_shard_mb: Preferred shard size.
             readers: Hosts reading the data in parallel (shard plan).
-            workers: Training workers (shard count is a multiple).
+            workers: Training workers: 1 trains in the step's own pod, more launch a TFJob with
+                a chief and workers-1 workers (the shard count is a multiple).
             gzip: Compress shards.
             max_bad_fraction: Fail the shard step above this share of bad rows.
             beam_args: Extra Beam pipeline options, e.g. ["--runner=DataflowRunner", ...].
@@ -122,6 +123,9 @@ def build_pipeline(placement: Placement | None = None):
             batch_size=batch_size,
             learning_rate=learning_rate,
             model_fn=model_fn,
+            workers=workers,
+            placement=placement.to_json(),
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         ).set_display_name("Train (tf.distribute)")
         placement.apply(train)
         evaluate = evaluate_op(

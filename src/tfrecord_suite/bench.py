@@ -36,6 +36,8 @@ from tfrecord_suite.schema import Feature, Schema
 
 _LOG = logging.getLogger(__name__)
 MB = 1000 * 1000
+#: Examples each read variant takes in a quick run (a full run reads the whole train split).
+QUICK_READ_EXAMPLES = 50_000
 TARGETS = {
     "reader/naive": 3.5,
     "reader/read_ceiling": 0.8,
@@ -227,8 +229,14 @@ def _drain(ds: Any) -> int:
     return n
 
 
-def read_variants(version: dict, batch_size: int) -> tuple[dict, dict]:
-    """The read-side variants over one version's train split (and their warm-ups)."""
+def read_variants(
+    version: dict, batch_size: int, max_batches: int | None = None
+) -> tuple[dict, dict]:
+    """The read-side variants over one version's train split (and their warm-ups).
+
+    ``max_batches`` caps every variant at the same number of batches (quick runs: the slow peers
+    would otherwise take most of the time budget).
+    """
     import tensorflow as tf
 
     from tfrecord_suite.registry.registry import shard_uris
@@ -302,6 +310,8 @@ def read_variants(version: dict, batch_size: int) -> tuple[dict, dict]:
     if torch_reader is not None:
         variants["pytorch"] = torch_reader
     warm = {k: (lambda fn=fn: fn(20)) for k, fn in variants.items()}
+    if max_batches:
+        variants = {k: (lambda fn=fn: fn(max_batches)) for k, fn in variants.items()}
     return variants, warm
 
 
@@ -508,7 +518,8 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     if "read" in parts:
         results["read"] = {}
         for kind in ("small", "large"):
-            variants, warm = read_variants(versions[kind], config.batch_size)
+            cap = (QUICK_READ_EXAMPLES // config.batch_size) if config.quick else None
+            variants, warm = read_variants(versions[kind], config.batch_size, cap)
             results["read"][kind] = measure(variants, runs, warm)
     if "write" in parts:
         rows = 40_000 if config.quick else 200_000

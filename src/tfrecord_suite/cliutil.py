@@ -104,3 +104,24 @@ def build(cls: type, values: dict[str, Any], **extra: Any) -> Any:
     """Instantiate ``cls`` from parsed CLI values (ignoring keys that are not fields)."""
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names}, **extra)
+
+
+def to_args(obj: Any) -> list[str]:
+    """The CLI flags that :func:`dataclass_options` would parse back into ``obj``.
+
+    Only fields that differ from their default are written; ``None`` values are left out.
+    """
+    args: list[str] = []
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        default = None if field.default is dataclasses.MISSING else field.default
+        if value is None or (field.default is not dataclasses.MISSING and value == default):
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, tuple):
+            args += [flag, "x".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args

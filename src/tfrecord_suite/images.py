@@ -21,3 +21,8 @@ ALL_IMAGES = {
     "trainer-gpu": (TRAINER_GPU_IMAGE, "containers/Dockerfile.gpu"),
     "beam-worker": (BEAM_WORKER_IMAGE, "containers/Dockerfile.beam-worker"),
 }
+
+
+def trainer_image(accelerator_resource: str = "") -> str:
+    """The image the trainer runs in: the GPU build on GPU nodes, the component image elsewhere."""
+    return TRAINER_GPU_IMAGE if accelerator_resource == "nvidia.com/gpu" else COMPONENT_IMAGE

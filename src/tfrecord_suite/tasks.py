@@ -153,24 +153,61 @@ def train_task(
     metrics: Any,
     classification_metrics: Any,
     report: Any,
+    workers: int = 1,
+    placement: str = "",
+    run_id: str = "",
 ) -> None:
-    """Train on the version ``dataset`` points to; fill the model, metrics and report artifacts."""
-    from tfrecord_suite.train.trainer import TrainConfig, run_train
+    """Train on the version ``dataset`` points to; fill the model, metrics and report artifacts.
+
+    ``workers == 1`` trains in this process (all of its GPUs through MirroredStrategy);
+    ``workers > 1``, or a placement with ``tfjob``, launches a TFJob whose chief writes into the
+    same ``model.uri``, placed as ``placement`` (JSON of
+    :class:`~tfrecord_suite.pipelines.placement.Placement`) says.
+    """
+    from tfrecord_suite.train.trainer import METRICS_FILE, TrainConfig, run_train
 
     _setup_logging()
-    ref = dataset.metadata.get("ref") or dataset.uri
-    result = run_train(
-        TrainConfig(
-            dataset=ref,
-            model_dir=model.uri,
-            strategy=strategy,
-            cpu_devices=cpu_devices,
-            epochs=epochs,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            model_fn=model_fn or None,
-        )
+    config = TrainConfig(
+        dataset=dataset.metadata.get("ref") or dataset.uri,
+        model_dir=model.uri,
+        strategy=strategy,
+        cpu_devices=cpu_devices,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        model_fn=model_fn or None,
     )
+    from tfrecord_suite.pipelines.placement import Placement
+
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    where = Placement.from_json(placement)
+    if workers == 1 and not where.tfjob:
+        result = run_train(config)
+    else:
+        from tfrecord_suite import cliutil
+        from tfrecord_suite.train.tfjob import TFJobConfig, TFJobLauncher, job_name
+
+        config.validate()
+        if config.strategy == "auto" and workers > 1:
+            config.strategy = "multi_worker"
+        TFJobLauncher().run(
+            TFJobConfig(
+                name=job_name(run_id or model.uri),
+                image=images.trainer_image(where.accelerator_resource),
+                trainer_args=cliutil.to_args(config),
+                workers=workers,
+                placement=where,
+                run_id=run_id,
+            )
+        )
+        result = json.loads(storage.read_text(storage.join(model.uri, METRICS_FILE)))
+    _fill_train_artifacts(result, model, metrics, classification_metrics, report)
+
+
+def _fill_train_artifacts(
+    result: dict[str, Any], model: Any, metrics: Any, classification_metrics: Any, report: Any
+) -> None:
     model.metadata.update(
         {
             "dataset": result["dataset"],
@@ -178,6 +215,7 @@ def train_task(
             "export_dir": result["export_dir"],
             "framework": "tensorflow",
             "strategy": result["strategy"],
+            "replicas": result.get("replicas"),
         }
     )
     for split, values in result["evaluation"].items():

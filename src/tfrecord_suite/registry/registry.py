@@ -359,6 +359,9 @@ class Registry:
             parent = self.latest(dataset)
             parent_manifest = self.manifest(dataset, parent) if parent else None
             kind, reasons = required_bump(parent_manifest, body)
+            if parent is not None and kind is None:
+                # a racing publisher put this very content in place after the check above
+                continue
             if bump != "auto":
                 if kind is not None and bump_rank(bump) < bump_rank(kind):
                     raise BumpRefused(
