@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -210,7 +211,15 @@ class TFJobLauncher:
             try:
                 config.load_incluster_config()
             except config.ConfigException:
-                config.load_kube_config()
+                # the client reads KUBECONFIG when it is imported; read it now instead
+                path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+                try:
+                    config.load_kube_config(config_file=path)
+                except (config.ConfigException, OSError) as exc:
+                    raise TFJobError(
+                        "no Kubernetes API to launch the TFJob with: not in a cluster, and "
+                        f"{path} is not a usable kubeconfig ({exc})"
+                    ) from None
             api_client = client.ApiClient()
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)

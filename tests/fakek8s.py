@@ -1,0 +1,302 @@
+"""A Kubernetes API stand-in on 127.0.0.1 for the calls the TFJob launcher makes (contract test).
+
+It speaks the real REST paths and JSON shapes (``kubeflow.org/v1`` TFJobs, core/v1 pods and logs)
+that the official ``kubernetes`` client sends and parses, validates every TFJob it is given
+against the Training Operator's OpenAPI types, and plays a scripted job lifecycle. It is not a
+cluster: nothing is scheduled, and the "operator" only moves the status along the script.
+
+The schema check walks the object through the ``openapi_types``/``attribute_map`` of the Training
+Operator SDK's generated models (``kubeflow-training``, generated from the operator's OpenAPI
+spec) and of the Kubernetes client's models for the pod template: unknown fields, wrong types and
+missing required fields are errors, as the API server's structural schema would report them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
+
+
+def _model_class(name: str) -> Any:
+    import kubernetes.client.models as k8s_models
+    from kubeflow.training import models as kf_models
+
+    cls = getattr(kf_models, name, None) or getattr(k8s_models, name, None)
+    if cls is None:
+        raise KeyError(name)
+    return cls
+
+
+def validate(data: Any, type_name: str, path: str = "") -> list[str]:
+    """Problems found checking ``data`` against the OpenAPI type ``type_name``."""
+    if type_name.startswith("list["):
+        if not isinstance(data, list):
+            return [f"{path or '.'}: expected a list, got {type(data).__name__}"]
+        inner = type_name[5:-1]
+        return [p for i, x in enumerate(data) for p in validate(x, inner, f"{path}[{i}]")]
+    m = re.fullmatch(r"dict\(str, (.+)\)", type_name)
+    if m:
+        if not isinstance(data, dict):
+            return [f"{path or '.'}: expected an object, got {type(data).__name__}"]
+        return [p for k, v in data.items() for p in validate(v, m[1], f"{path}.{k}")]
+    if type_name in _PRIMITIVES:
+        expected = _PRIMITIVES[type_name]
+        if type_name == "int" and isinstance(data, bool):
+            return [f"{path}: expected int, got bool"]
+        if not isinstance(data, expected):
+            return [f"{path}: expected {type_name}, got {type(data).__name__}"]
+        return []
+    if type_name == "datetime":
+        return [] if isinstance(data, str) else [f"{path}: expected a timestamp string"]
+    cls = _model_class(type_name)
+    if not isinstance(data, dict):
+        return [f"{path or '.'}: expected a {type_name} object, got {type(data).__name__}"]
+    by_json = {json_key: attr for attr, json_key in cls.attribute_map.items()}
+    problems = []
+    for key, value in data.items():
+        if key not in by_json:
+            problems.append(f"{path}.{key}: unknown field in {type_name}")
+            continue
+        attr = by_json[key]
+        problems += validate(value, cls.openapi_types[attr], f"{path}.{key}")
+    try:  # the generated constructors reject missing required fields
+        cls(**{by_json[k]: v for k, v in data.items() if k in by_json})
+    except ValueError as exc:
+        problems.append(f"{path or '.'}: {type_name}: {exc}")
+    return problems
+
+
+def validate_tfjob(obj: dict[str, Any]) -> list[str]:
+    """Problems of a TFJob object against the operator's kubeflow.org/v1 OpenAPI types."""
+    problems = validate(obj, "KubeflowOrgV1TFJob")
+    if obj.get("apiVersion") != "kubeflow.org/v1" or obj.get("kind") != "TFJob":
+        problems.append("apiVersion/kind must be kubeflow.org/v1 TFJob")
+    for rtype, spec in (obj.get("spec", {}).get("tfReplicaSpecs") or {}).items():
+        if rtype not in ("Chief", "Worker", "PS", "Evaluator", "Master"):
+            problems.append(f".spec.tfReplicaSpecs.{rtype}: not a TFJob replica type")
+        names = [
+            c.get("name") for c in spec.get("template", {}).get("spec", {}).get("containers", [])
+        ]
+        if "tensorflow" not in names:
+            problems.append(f".spec.tfReplicaSpecs.{rtype}: no container named 'tensorflow'")
+    return problems
+
+
+class Scenario:
+    """How the fake operator moves a job along: a list of (replica statuses, condition) steps.
+
+    Each GET of the job advances one step; the last step stays. ``fail_replica`` names the pod
+    (e.g. ``worker-1``) that exits non-zero with ``fail_log``.
+    """
+
+    def __init__(
+        self,
+        steps: list[tuple[str, str]],
+        fail_replica: str | None = None,
+        fail_log: str = "",
+    ):
+        self.steps = steps
+        self.fail_replica = fail_replica
+        self.fail_log = fail_log
+
+
+class FakeKubernetes:
+    """The stand-in server. Records every request in ``requests``; jobs live in ``jobs``."""
+
+    def __init__(self, scenario: Scenario, errors: list[int] | None = None):
+        self.scenario = scenario
+        self.errors = list(errors or [])  # status codes answered (once each) before real replies
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.deleted: list[tuple[str, str, str | None]] = []
+        self.created: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str]] = []
+        self._gets: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _handle(self, method: str) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(url.query))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                with fake._lock:
+                    fake.requests.append((method, url.path))
+                    if fake.errors:
+                        code = fake.errors.pop(0)
+                        return self._send(code, _status(code, "injected"))
+                    code, out, ctype = fake.route(method, url.path, query, body)
+                self._send(code, out, ctype)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def do_DELETE(self) -> None:
+                self._handle("DELETE")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeKubernetes:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def api_client(self) -> Any:
+        """An official ``kubernetes`` ApiClient pointed at this server."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.url
+        return client.ApiClient(cfg)
+
+    # ------------------------------------------------------------------------------ routing
+
+    def route(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple:
+        m = re.fullmatch(r"/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/]+))?", path)
+        if m:
+            ns, name = m[1], m[2]
+            if method == "POST" and name is None:
+                problems = validate_tfjob(body)
+                if problems:
+                    return 422, _status(422, "; ".join(problems)), "application/json"
+                key = (ns, body["metadata"]["name"])
+                if key in self.jobs:
+                    return 409, _status(409, "AlreadyExists"), "application/json"
+                self.jobs[key] = body
+                self.created.append(body)
+                return 201, body, "application/json"
+            if name is None or (ns, name) not in self.jobs:
+                return 404, _status(404, "NotFound"), "application/json"
+            if method == "GET":
+                return 200, self._job_with_status(ns, name), "application/json"
+            if method == "DELETE":
+                self.deleted.append((ns, name, query.get("propagationPolicy")))
+                del self.jobs[(ns, name)]
+                return 200, _status(200, "Success"), "application/json"
+        m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", path)
+        if m and method == "GET":
+            name = query.get("labelSelector", "").split("=", 1)[-1]
+            return 200, self._pods(m[1], name), "application/json"
+        m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path)
+        if m and method == "GET":
+            pod = m[2]
+            assert query.get("container") == "tensorflow", query
+            tail = int(query.get("tailLines", 1000))
+            text = self._log(pod).splitlines()[-tail:]
+            return 200, ("\n".join(text) + "\n").encode(), "text/plain"
+        return 404, _status(404, f"no route {method} {path}"), "application/json"
+
+    def _step(self, ns: str, name: str) -> tuple[str, str]:
+        n = self._gets.get((ns, name), 0)
+        self._gets[(ns, name)] = n + 1
+        return self.scenario.steps[min(n, len(self.scenario.steps) - 1)]
+
+    def _job_with_status(self, ns: str, name: str) -> dict[str, Any]:
+        job = json.loads(json.dumps(self.jobs[(ns, name)]))
+        phase, message = self._step(ns, name)
+        specs = job["spec"]["tfReplicaSpecs"]
+        active = phase in ("Running",)
+        job["status"] = {
+            "conditions": [
+                {"type": "Created", "status": "True", "message": "TFJob created"},
+                *(
+                    [{"type": phase, "status": "True", "message": message}]
+                    if phase != "Created"
+                    else []
+                ),
+            ],
+            "replicaStatuses": {
+                r: {
+                    "active": s["replicas"] if active else 0,
+                    "succeeded": s["replicas"] if phase == "Succeeded" else 0,
+                    "failed": 1 if phase == "Failed" and r == "Worker" else 0,
+                }
+                for r, s in specs.items()
+            },
+        }
+        return job
+
+    def _replicas(self, name: str) -> list[tuple[str, str, int]]:
+        job = next(j for (_, n), j in self.jobs.items() if n == name)
+        out = []
+        for rtype, spec in job["spec"]["tfReplicaSpecs"].items():
+            for i in range(spec["replicas"]):
+                out.append((f"{name}-{rtype.lower()}-{i}", rtype.lower(), i))
+        return out
+
+    def _pods(self, ns: str, name: str) -> dict[str, Any]:
+        items = []
+        if any(n == name for (_, n) in self.jobs):
+            for pod, rtype, i in self._replicas(name):
+                failed = self.scenario.fail_replica == f"{rtype}-{i}"
+                items.append(
+                    {
+                        "metadata": {
+                            "name": pod,
+                            "namespace": ns,
+                            "labels": {
+                                "training.kubeflow.org/job-name": name,
+                                "training.kubeflow.org/replica-type": rtype,
+                                "training.kubeflow.org/replica-index": str(i),
+                            },
+                        },
+                        "status": {
+                            "phase": "Failed" if failed else "Running",
+                            "containerStatuses": [
+                                {
+                                    "name": "tensorflow",
+                                    "ready": not failed,
+                                    "restartCount": 0,
+                                    "image": "img",
+                                    "imageID": "",
+                                    "state": {"terminated": {"exitCode": 1}}
+                                    if failed
+                                    else {"running": {}},
+                                }
+                            ],
+                        },
+                    }
+                )
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+    def _log(self, pod: str) -> str:
+        for name, rtype, i in self._replicas(pod.rsplit("-", 2)[0]):
+            if name == pod and self.scenario.fail_replica == f"{rtype}-{i}":
+                return "starting\n" + self.scenario.fail_log
+        return f"{pod}: epoch 1/1\n{pod}: done\n"
+
+
+def _status(code: int, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Success" if code < 400 else "Failure",
+        "message": message,
+        "reason": message,
+        "code": code,
+    }

@@ -1,0 +1,314 @@
+"""The TFJob launcher: the rendered object, checked field by field and against the operator's
+OpenAPI types, and create/watch/delete/cleanup against a Kubernetes API stand-in (contract test,
+tests/fakek8s.py). The multi-worker training itself runs for real in tests/test_train.py."""
+
+import json
+import os
+import signal
+
+import pytest
+import yaml
+from fakek8s import FakeKubernetes, Scenario, validate_tfjob
+
+from tfrecord_suite import cliutil, storage, tasks
+from tfrecord_suite.pipelines.placement import Placement
+from tfrecord_suite.train.tfjob import (
+    TFJobCancelled,
+    TFJobConfig,
+    TFJobError,
+    TFJobLauncher,
+    job_name,
+    render_tfjob,
+)
+from tfrecord_suite.train.trainer import TrainConfig
+
+GPU = Placement(accelerator_type="nvidia-l4", accelerator_count=2, shm_size="16Gi", tfjob=True)
+
+
+def config(**kw):
+    base = dict(
+        name="tfrs-train-abc",
+        namespace="ml",
+        image="ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0",
+        trainer_args=["--dataset", "gs://b/reg/digits@1.0.0", "--model-dir", "gs://b/m"],
+        workers=4,
+        placement=GPU,
+        run_id="run-123",
+        poll_seconds=0,
+    )
+    base.update(kw)
+    return TFJobConfig(**base)
+
+
+def test_render_one_chief_three_workers_two_gpus_each():
+    job = render_tfjob(config())
+    assert validate_tfjob(job) == []
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "TFJob")
+    assert job["metadata"] == {
+        "name": "tfrs-train-abc",
+        "namespace": "ml",
+        "labels": {
+            "app.kubernetes.io/name": "tfrecord-suite",
+            "app.kubernetes.io/component": "trainer",
+            "tfrecord-suite/run": "run-123",
+        },
+    }
+    specs = job["spec"]["tfReplicaSpecs"]
+    assert set(specs) == {"Chief", "Worker"}
+    assert specs["Chief"]["replicas"] == 1 and specs["Worker"]["replicas"] == 3
+    assert job["spec"]["runPolicy"]["backoffLimit"] == 3
+    for spec in specs.values():
+        assert spec["restartPolicy"] == "OnFailure"
+        pod = spec["template"]["spec"]
+        assert pod["serviceAccountName"] == "tfrecord-suite"
+        assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+        assert pod["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        assert pod["volumes"] == [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
+        ]
+        (c,) = pod["containers"]
+        assert c["name"] == "tensorflow"  # the only container the operator manages
+        assert c["image"].endswith("tfrecord-suite-gpu:0.1.0")
+        assert c["command"] == ["tfrecord-suite", "train"]
+        assert c["args"][:2] == ["--dataset", "gs://b/reg/digits@1.0.0"]
+        assert c["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
+        assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+        assert c["securityContext"]["runAsNonRoot"] is True
+
+
+def test_tpu_replicas_go_to_the_tpu_node_pool():
+    tpu = Placement(
+        accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tpu_topology="2x2"
+    )
+    job = render_tfjob(config(workers=1, placement=tpu))
+    assert validate_tfjob(job) == []
+    assert set(job["spec"]["tfReplicaSpecs"]) == {"Chief"}
+    pod = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "2x2",
+    }
+    assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": "4"}
+
+
+def test_schema_check_reports_bad_objects():
+    job = render_tfjob(config())
+    job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "3"
+    job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["name"] = "main"
+    job["spec"]["runPolicy"]["cleanupPolicy"] = "All"
+    del job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"]
+    problems = "\n".join(validate_tfjob(job))
+    assert ".spec.tfReplicaSpecs.Worker.replicas: expected int, got str" in problems
+    assert ".spec.runPolicy.cleanupPolicy: unknown field" in problems
+    assert "Chief: no container named 'tensorflow'" in problems
+    assert "`name`, must not be `None`" in problems
+
+
+def test_job_names_are_stable_dns_labels():
+    a, b = job_name("run-1"), job_name("run-1")
+    assert a == b and a != job_name("run-2") and len(a) <= 63 and a.islower()
+
+
+def test_success_polls_reports_and_deletes():
+    steps = [("Created", ""), ("Running", ""), ("Running", ""), ("Succeeded", "done")]
+    with FakeKubernetes(Scenario(steps)) as k8s:
+        result = TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        assert result["state"] == "Succeeded"
+        assert sorted(result["replicas"]) == ["chief-0", "worker-0", "worker-1", "worker-2"]
+        assert "epoch 1/1" in result["replicas"]["chief-0"]["log"]
+        assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
+        gets = [p for m, p in k8s.requests if m == "GET" and p.endswith("/tfjobs/tfrs-train-abc")]
+        assert len(gets) == 4
+
+
+def test_failing_replica_fails_the_task_with_its_error():
+    log = "Traceback (most recent call last):\nValueError: --epochs must be at least 1\n"
+    scenario = Scenario(
+        [("Running", ""), ("Failed", "TFJob has failed because 1 Worker replica(s) failed.")],
+        fail_replica="worker-1",
+        fail_log=log,
+    )
+    with FakeKubernetes(scenario) as k8s:
+        with pytest.raises(TFJobError) as err:
+            TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        text = str(err.value)
+        assert "1 Worker replica(s) failed" in text
+        assert "worker-1 (pod tfrs-train-abc-worker-1, phase Failed, exit code 1)" in text
+        assert "ValueError: --epochs must be at least 1" in text
+        assert "chief-0" not in text  # only the failing replica's log
+        assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
+    with FakeKubernetes(scenario) as k8s:
+        with pytest.raises(TFJobError):
+            TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config(keep_on_failure=True))
+        assert k8s.deleted == [] and ("ml", "tfrs-train-abc") in k8s.jobs
+
+
+def test_cancellation_deletes_the_job_even_when_keeping_failures():
+    calls = []
+
+    def sleep(_):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # what kfp does to a cancelled task's pod
+
+    with FakeKubernetes(Scenario([("Running", "")])) as k8s:
+        before = signal.getsignal(signal.SIGTERM)
+        with pytest.raises(TFJobCancelled):
+            TFJobLauncher(k8s.api_client(), sleep=sleep).run(config(keep_on_failure=True))
+        assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
+        assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_transient_api_errors_are_retried():
+    with FakeKubernetes(Scenario([("Succeeded", "")]), errors=[503, 429, 500]) as k8s:
+        result = TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        assert result["state"] == "Succeeded"
+        assert [m for m, _ in k8s.requests[:4]] == ["POST"] * 4
+
+
+def test_timeout_gives_up_and_cleans_up():
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += 60
+
+    with FakeKubernetes(Scenario([("Running", "")])) as k8s:
+        launcher = TFJobLauncher(k8s.api_client(), sleep=sleep, clock=lambda: now[0])
+        with pytest.raises(TFJobError, match="TimedOut: not finished after 300 s"):
+            launcher.run(config(timeout_seconds=300))
+        assert k8s.deleted
+
+
+def test_retried_task_adopts_its_own_job_but_not_another_runs():
+    with FakeKubernetes(Scenario([("Running", ""), ("Succeeded", "")])) as k8s:
+        k8s.jobs[("ml", "tfrs-train-abc")] = render_tfjob(config())  # from the first attempt
+        result = TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        assert result["state"] == "Succeeded"
+    with FakeKubernetes(Scenario([("Running", "")])) as k8s:
+        k8s.jobs[("ml", "tfrs-train-abc")] = render_tfjob(config(run_id="someone-else"))
+        with pytest.raises(TFJobError, match="belongs to another run"):
+            TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        assert ("ml", "tfrs-train-abc") in k8s.jobs  # not ours: left alone
+
+
+class Artifact:
+    def __init__(self, uri, metadata=None):
+        self.uri = self.path = uri
+        self.metadata = dict(metadata or {})
+        self.logged = {}
+
+    def log_metric(self, k, v):
+        self.logged[k] = v
+
+    def log_confusion_matrix(self, classes, matrix):
+        self.logged["confusion"] = (classes, matrix)
+
+
+def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
+    """The kfp train step's multi-worker path: kubeconfig client, TFJob args, chief's outputs."""
+    model_dir = str(tmp_path / "model")
+
+    with FakeKubernetes(Scenario([("Succeeded", "")])) as k8s:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": k8s.url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [
+                        {
+                            "name": "c",
+                            "context": {"cluster": "fake", "user": "u", "namespace": "ml"},
+                        }
+                    ],
+                    "current-context": "c",
+                }
+            )
+        )
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.setattr("tfrecord_suite.train.tfjob.current_namespace", lambda: "ml")
+        # what the chief writes at the end of a real run (tests/test_train.py runs one)
+        storage.write_text(
+            os.path.join(model_dir, "metrics.json"),
+            json.dumps(
+                {
+                    "dataset": "digits@1.0.0",
+                    "dataset_digest": "d" * 64,
+                    "export_dir": os.path.join(model_dir, "export"),
+                    "strategy": "MultiWorkerMirroredStrategy",
+                    "replicas": 3,
+                    "evaluation": {"test": {"accuracy": 0.9}},
+                    "examples_per_second": 123.4,
+                    "model_dir": model_dir,
+                }
+            ),
+        )
+        storage.write_text(os.path.join(model_dir, "report.md"), "# report")
+        model, metrics, cm, report = (
+            Artifact(model_dir),
+            Artifact(""),
+            Artifact(""),
+            Artifact(str(tmp_path / "report.md")),
+        )
+        tasks.train_task(
+            dataset=Artifact("/reg/digits/1.0.0", {"ref": "/reg/digits@1.0.0"}),
+            strategy="auto",
+            cpu_devices=1,
+            epochs=3,
+            batch_size=32,
+            learning_rate=0.01,
+            model_fn="",
+            model=model,
+            metrics=metrics,
+            classification_metrics=cm,
+            report=report,
+            workers=3,
+            placement=GPU.to_json(),
+            run_id="run-9",
+        )
+        (job,) = k8s.created
+        assert k8s.deleted == [("ml", job_name("run-9"), "Foreground")]
+    assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
+    args = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["args"]
+    assert args == [
+        "--dataset", "/reg/digits@1.0.0", "--model-dir", model_dir, "--strategy", "multi_worker",
+        "--epochs", "3", "--batch-size", "32", "--learning-rate", "0.01",
+    ]  # fmt: skip
+    assert model.metadata["strategy"] == "MultiWorkerMirroredStrategy"
+    assert metrics.logged["test_accuracy"] == 0.9
+    assert open(report.path).read() == "# report"
+
+
+def test_trainer_args_round_trip_through_the_cli():
+    """The replicas parse the launcher's args back into the same TrainConfig."""
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli import main
+
+    cfg = TrainConfig(
+        dataset="gs://b/reg/digits@1",
+        model_dir="gs://b/m",
+        strategy="multi_worker",
+        epochs=7,
+        image_size=(32, 48),
+        verify=False,
+        model_fn=None,
+    )
+    seen = {}
+    import tfrecord_suite.train.trainer as trainer
+
+    def fake_run(c):
+        seen["config"] = c
+        raise SystemExit(0)
+
+    orig = trainer.run_train
+    trainer.run_train = fake_run
+    try:
+        CliRunner().invoke(main, ["train", *cliutil.to_args(cfg)], catch_exceptions=False)
+    finally:
+        trainer.run_train = orig
+    assert seen["config"] == cfg
