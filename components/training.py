@@ -18,6 +18,7 @@ def train_op(
     workers: int,
     placement: str,
     run_id: str,
+    keep_failed_tfjob: bool,
     model: Output[Model],
     metrics: Output[Metrics],
     classification_metrics: Output[ClassificationMetrics],
@@ -44,6 +45,7 @@ def train_op(
         workers=workers,
         placement=placement,
         run_id=run_id,
+        keep_failed_tfjob=keep_failed_tfjob,
     )
 
 

@@ -51,6 +51,7 @@ def build_pipeline(placement: Placement | None = None):
         batch_size: int = 64,
         learning_rate: float = 0.001,
         model_fn: str = "",
+        keep_failed_tfjob: bool = False,
         model_registry: str = "",
         model_name: str = "",
         promote_alias: str = "stable",
@@ -81,6 +82,7 @@ def build_pipeline(placement: Placement | None = None):
             batch_size: Per-replica batch size.
             learning_rate: Adam learning rate.
             model_fn: module:function building the model; built-in when empty.
+            keep_failed_tfjob: Leave a failed TFJob and its pods for inspection.
             model_registry: Model registry root; ``<registry_root>/_models`` when empty.
             model_name: Registered model name; the dataset name when empty.
             promote_alias: Alias the gate compares against and moves on success.
@@ -126,6 +128,7 @@ def build_pipeline(placement: Placement | None = None):
             workers=workers,
             placement=placement.to_json(),
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            keep_failed_tfjob=keep_failed_tfjob,
         ).set_display_name("Train (tf.distribute)")
         placement.apply(train)
         evaluate = evaluate_op(

@@ -156,6 +156,7 @@ def train_task(
     workers: int = 1,
     placement: str = "",
     run_id: str = "",
+    keep_failed_tfjob: bool = False,
 ) -> None:
     """Train on the version ``dataset`` points to; fill the model, metrics and report artifacts.
 
@@ -199,6 +200,7 @@ def train_task(
                 workers=workers,
                 placement=where,
                 run_id=run_id,
+                keep_on_failure=keep_failed_tfjob,
             )
         )
         result = json.loads(storage.read_text(storage.join(model.uri, METRICS_FILE)))
