@@ -202,6 +202,8 @@ def make_dataset(
     input_context: Any = None,
     compression: str = "",
     training: bool = True,
+    transform: Any = None,
+    augment: Any = None,
 ) -> Any:
     """The input pipeline over ``files``.
 
@@ -214,6 +216,9 @@ def make_dataset(
             ``strategy.distribute_datasets_from_function``; the reader shards by it.
         compression: ``""`` or ``"GZIP"``.
         training: Shuffle (files and records); evaluation reads in order.
+        transform: ``features -> features`` on each parsed batch (the feature-config
+            preprocessor), run in parallel before cache and prefetch.
+        augment: ``features -> features``, random, applied after the cache (training only).
 
     Returns:
         A ``tf.data.Dataset`` of ``(features, label)`` batches (``features`` alone without label).
@@ -275,6 +280,12 @@ def make_dataset(
         num_parallel_calls=_autotune(config.num_parallel_calls),
         deterministic=config.deterministic,
     )
+    if transform is not None:
+        ds = ds.map(
+            (lambda x, y: (transform(x), y)) if schema.label else transform,
+            num_parallel_calls=_autotune(config.num_parallel_calls),
+            deterministic=config.deterministic,
+        )
     if config.skip_bad_records:
         ds = ds.ignore_errors()
     if config.cache:
@@ -284,6 +295,12 @@ def make_dataset(
             ds = ds.shuffle(max(1, config.shuffle_buffer // config.batch_size), seed=config.seed)
     if config.repeat and config.cache:
         ds = ds.repeat()
+    if augment is not None and training:
+        ds = ds.map(
+            (lambda x, y: (augment(x), y)) if schema.label else augment,
+            num_parallel_calls=_autotune(config.num_parallel_calls),
+            deterministic=config.deterministic,
+        )
     ds = ds.prefetch(_autotune(config.prefetch))
     options = tf.data.Options()
     # the reader shards itself (above); tf.distribute must not shard again

@@ -48,6 +48,8 @@ class TrainConfig:
         learning_rate: Adam learning rate.
         hidden_units: Width of the built-in models' dense layers.
         model_fn: ``module:function`` building a compiled Keras model, or None for built-in.
+        feature_config: Feature transforms of the built-in model: a YAML/JSON file (local or
+            gs://) or inline text; empty infers them from the schema. Ignored with model_fn.
         seed: Random seed (file order, shuffles, weights).
         cycle_length: Files read at once (0: all of this worker's files up to 16; AUTOTUNE = -1).
         block_length: Records per file per interleave turn.
@@ -76,6 +78,7 @@ class TrainConfig:
     learning_rate: float = 1e-3
     hidden_units: int = 64
     model_fn: str | None = None
+    feature_config: str = ""
     seed: int = 42
     cycle_length: int = 0
     block_length: int = 1
@@ -104,6 +107,10 @@ class TrainConfig:
             raise ValueError("--cpu-devices must be at least 1")
         if self.checkpoint_every_steps < 0 or self.probe_steps < 0:
             raise ValueError("--checkpoint-every-steps and --probe-steps must be >= 0")
+        if self.feature_config and not self.model_fn:
+            from tfrecord_suite.train.features import load_feature_config
+
+            load_feature_config(self.feature_config)
         if self.strategy not in strategy_lib.STRATEGIES:
             raise ValueError(f"--strategy {self.strategy!r}: one of {strategy_lib.STRATEGIES}")
         self.reader_config(self.batch_size)
@@ -231,30 +238,47 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
                 input_context=ctx,
                 compression=compression,
                 training=training,
+                transform=transform,
+                augment=augment,
             )
 
         return strategy.distribute_datasets_from_function(fn)
 
     probe_reader = config.reader_config(config.batch_size)
     decoder = FeatureDecoder(schema, statistics, probe_reader)
-    vocabularies = (
-        _vocabularies(files["train"], schema, compression)
-        if schema.source_format != "images"
-        else {}
-    )
     num_classes = len(schema.label_classes) if schema.label_classes else None
-    from tfrecord_suite.train import models
+    from tfrecord_suite.train import features, models
 
     ctx = models.ModelContext(
         schema=schema,
         statistics=statistics,
-        vocabularies=vocabularies,
+        vocabularies={},
         image_shape=decoder.image_shape,
         num_classes=num_classes,
         learning_rate=config.learning_rate,
         hidden_units=config.hidden_units,
     )
-    build = models.load_model_fn(config.model_fn) if config.model_fn else models.default_model
+    preprocessor = transform = augment = None
+    if config.model_fn:
+        if schema.source_format != "images":
+            ctx.vocabularies = _vocabularies(files["train"], schema, compression)
+        build = models.load_model_fn(config.model_fn)
+    else:
+        feature_config = (
+            features.load_feature_config(config.feature_config)
+            if config.feature_config
+            else features.infer_feature_config(schema)
+        )
+        fitted = features.fit(feature_config, schema, statistics, files["train"], compression)
+        preprocessor = features.build_preprocessor(
+            feature_config, fitted, schema, decoder.image_shape
+        )
+        transform = features.transform_fn(preprocessor)
+        augment = features.augment_fn(feature_config)
+
+        def build(ctx: Any) -> Any:
+            return features.build_model(feature_config, fitted, preprocessor, ctx)
+
     with strategy.scope():
         model = build(ctx)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
@@ -262,7 +286,12 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
             model,
             strategy,
             make_dataset(
-                files["train"], schema, probe_reader, statistics=statistics, compression=compression
+                files["train"],
+                schema,
+                probe_reader,
+                statistics=statistics,
+                compression=compression,
+                transform=transform,
             ),
         )
 
@@ -316,11 +345,20 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
 
     trained_digest = weights_digest(model)  # before the probe's extra steps change the weights
     export_dir = storage.join(work_dir, EXPORT_DIR)
-    export_serving_model(model, decoder, schema, export_dir)
+    export_serving_model(model, decoder, schema, export_dir, preprocessor)
+    if chief and preprocessor is not None:
+        features.save(model_dir, feature_config, fitted)
     probe = {}
     if config.probe_steps and strategy_lib.cluster_workers() <= 1:
         probe = input_wait_probe(
-            model, files["train"], schema, statistics, probe_reader, compression, config.probe_steps
+            model,
+            files["train"],
+            schema,
+            statistics,
+            probe_reader,
+            compression,
+            config.probe_steps,
+            transform,
         )
     metrics = {
         "dataset": f"{manifest['dataset']}@{manifest['version']}",
@@ -442,16 +480,28 @@ def _profile_range(spec: str) -> Any:
     return (int(start), int(stop or start))
 
 
-def export_serving_model(model: Any, decoder: FeatureDecoder, schema: Schema, path: str) -> None:
-    """Export a SavedModel whose ``serving_default`` takes serialized ``tf.Example``s."""
+def export_serving_model(
+    model: Any, decoder: FeatureDecoder, schema: Schema, path: str, preprocessor: Any = None
+) -> None:
+    """Export a SavedModel whose ``serving_default`` takes serialized ``tf.Example``s.
+
+    With a ``preprocessor`` (the feature-config transforms) the signature runs it in front of the
+    model, exactly as the training input pipeline did.
+    """
     import keras
     import tensorflow as tf
 
+    from tfrecord_suite.train import features
+
     classes = tf.constant(schema.label_classes or [""])
+    transform = features.transform_fn(preprocessor) if preprocessor is not None else None
 
     def serve(examples: Any) -> Any:
         parsed = tf.io.parse_example(examples, decoder.serving_spec)
-        out = model(decoder.features(parsed), training=False)
+        inputs = decoder.features(parsed)
+        if transform is not None:
+            inputs = transform(inputs)
+        out = model(inputs, training=False)
         if schema.label_classes:
             class_id = tf.argmax(out, axis=-1)
             return {
@@ -463,6 +513,8 @@ def export_serving_model(model: Any, decoder: FeatureDecoder, schema: Schema, pa
 
     archive = keras.export.ExportArchive()
     archive.track(model)
+    if preprocessor is not None:
+        archive.track(preprocessor)
     archive.add_endpoint(
         "serving_default",
         serve,
@@ -521,6 +573,7 @@ def input_wait_probe(
     reader: ReaderConfig,
     compression: str,
     steps: int,
+    transform: Any = None,
 ) -> dict[str, Any]:
     """Share of step time spent waiting for input, measured over ``steps`` training steps.
 
@@ -531,7 +584,16 @@ def input_wait_probe(
     import tensorflow as tf
 
     reader = dataclasses.replace(reader, repeat=True, drop_remainder=True)
-    real = iter(make_dataset(files, schema, reader, statistics=statistics, compression=compression))
+    real = iter(
+        make_dataset(
+            files,
+            schema,
+            reader,
+            statistics=statistics,
+            compression=compression,
+            transform=transform,
+        )
+    )
     x, y = next(real)
     model.train_on_batch(x, y)  # warm-up: traces the step function
     wait = compute = 0.0
