@@ -51,6 +51,7 @@ def build_pipeline(placement: Placement | None = None):
         batch_size: int = 64,
         learning_rate: float = 0.001,
         model_fn: str = "",
+        feature_config: str = "",
         keep_failed_tfjob: bool = False,
         model_registry: str = "",
         model_name: str = "",
@@ -82,6 +83,8 @@ def build_pipeline(placement: Placement | None = None):
             batch_size: Per-replica batch size.
             learning_rate: Adam learning rate.
             model_fn: module:function building the model; built-in when empty.
+            feature_config: Feature transforms (YAML/JSON file or inline text); inferred from
+                the schema when empty.
             keep_failed_tfjob: Leave a failed TFJob and its pods for inspection.
             model_registry: Model registry root; ``<registry_root>/_models`` when empty.
             model_name: Registered model name; the dataset name when empty.
@@ -125,6 +128,7 @@ def build_pipeline(placement: Placement | None = None):
             batch_size=batch_size,
             learning_rate=learning_rate,
             model_fn=model_fn,
+            feature_config=feature_config,
             workers=workers,
             placement=placement.to_json(),
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,

@@ -546,6 +546,11 @@ def _run_human(r: dict[str, Any]) -> str:
     type=int,
     help="Logical CPU devices (MirroredStrategy without GPUs).",
 )
+@click.option(
+    "--feature-config",
+    default="",
+    help="Feature transforms of the built-in model (YAML/JSON); inferred when empty.",
+)
 @json_option
 @friendly_errors
 def run(
@@ -559,6 +564,7 @@ def run(
     learning_rate: float,
     strategy: str,
     cpu_devices: int,
+    feature_config: str,
     as_json: bool,
 ) -> None:
     """Run the whole pipeline DAG locally with kfp.local.
@@ -571,6 +577,14 @@ def run(
     from tfrecord_suite.shard import sources
 
     files = sources.resolve_inputs(input_uri)  # fail fast, with one line, before kfp starts
+    if feature_config:
+        import os
+
+        from tfrecord_suite.train.features import load_feature_config
+
+        load_feature_config(feature_config)
+        if os.path.isfile(feature_config):
+            feature_config = os.path.abspath(feature_config)
     if input_format == "auto":
         sources.detect_format(input_uri, files)
     elif input_format not in sources.FORMATS:
@@ -590,6 +604,7 @@ def run(
             learning_rate=learning_rate,
             strategy=strategy,
             cpu_devices=cpu_devices,
+            feature_config=feature_config,
         )
     _emit(result, as_json, _run_human)
 

@@ -157,6 +157,7 @@ def train_task(
     placement: str = "",
     run_id: str = "",
     keep_failed_tfjob: bool = False,
+    feature_config: str = "",
 ) -> None:
     """Train on the version ``dataset`` points to; fill the model, metrics and report artifacts.
 
@@ -177,6 +178,7 @@ def train_task(
         batch_size=batch_size,
         learning_rate=learning_rate,
         model_fn=model_fn or None,
+        feature_config=feature_config,
     )
     from tfrecord_suite.pipelines.placement import Placement
 

@@ -27,6 +27,7 @@ from tfrecord_suite.train.reader import AUTOTUNE, FeatureDecoder, ReaderConfig, 
 _LOG = logging.getLogger(__name__)
 EXPORT_DIR = "export"
 METRICS_FILE = "metrics.json"
+KERAS_FILE = "model.keras"
 
 
 class TrainError(RuntimeError):
@@ -346,8 +347,11 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
     trained_digest = weights_digest(model)  # before the probe's extra steps change the weights
     export_dir = storage.join(work_dir, EXPORT_DIR)
     export_serving_model(model, decoder, schema, export_dir, preprocessor)
-    if chief and preprocessor is not None:
-        features.save(model_dir, feature_config, fitted)
+    if chief:
+        # the trainable part as a Keras file, for fine-tuning and for checking train/serve parity
+        model.save(storage.join(model_dir, KERAS_FILE))
+        if preprocessor is not None:
+            features.save(model_dir, feature_config, fitted)
     probe = {}
     if config.probe_steps and strategy_lib.cluster_workers() <= 1:
         probe = input_wait_probe(
