@@ -190,8 +190,14 @@ def test_image_resize_and_training_only_augmentation():
     out = prep({"image": img})["image"]
     assert out.shape == (2, 4, 4, 1) and float(tf.reduce_max(out)) <= 1.0
     augmented = F.augment_fn(cfg)({"image": out})["image"]
-    assert augmented.shape == (2, 3, 3, 1)
+    assert augmented.shape == (2, 4, 4, 1)
     assert F.augment_fn(F.FeatureConfig()) is None
+    from tfrecord_suite.train.models import ModelContext
+
+    model = F.build_model(cfg, {}, prep, ModelContext(schema, {}, {}, (8, 8, 1), 2))
+    crop = model.get_layer("random_crop")
+    assert crop(out, training=True).shape == crop(out, training=False).shape == (2, 3, 3, 1)
+    assert model.predict_on_batch({"image": out}).shape == (2, 2)
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +287,19 @@ def test_cli_rejects_a_bad_feature_config(tmp_path):
     )
     assert r.exit_code == 2
     assert "features.x.hashed.num_bins: Field required" in r.output
+
+
+def test_readme_configs_fit_the_demo_data(published_penguins, published_digits):
+    """The two configs the README shows load and fit the demo datasets (docs cannot rot)."""
+    import re
+
+    from tfrecord_suite.registry.registry import Registry
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    section = readme.split("### Feature transforms", 1)[1].split("\n### ", 1)[0]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    for block, pub in zip(blocks, [published_penguins, published_digits], strict=True):
+        reg, name, version = Registry(".").resolve_ref(pub["ref"])
+        schema = Schema.from_dict(reg.manifest(name, version)["schema"])
+        F.check_against_schema(F.load_feature_config(block), schema)

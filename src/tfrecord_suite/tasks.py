@@ -260,7 +260,8 @@ def report_task(
     ]
     if reg:
         lines.append(
-            f"- Registered model: `{reg.get('model')}` v{reg.get('version')} at `{registered.uri}`"
+            f"- Registered model: `{reg.get('model')}` v{int(reg.get('version') or 0)} "
+            f"at `{registered.uri}`"
         )
     if gate:
         lines.append(f"- Gate: **{gate.get('decision')}** ({gate.get('reason')})")
@@ -280,7 +281,7 @@ def report_task(
             "export_dir": model.metadata.get("export_dir"),
             "metrics_file": storage.join(model.uri, "metrics.json"),
             "metrics": dict(metrics.metadata),
-            "registered_model": reg.get("version"),
+            "registered_model": int(reg["version"]) if reg.get("version") is not None else None,
             "registered_model_uri": registered.uri if registered is not None else None,
             "gate": gate.get("decision"),
             "gate_reason": gate.get("reason"),

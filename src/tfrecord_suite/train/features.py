@@ -478,8 +478,8 @@ def augmentation(config: FeatureConfig) -> Any:
 
     aug = (config.image or Image()).augment
     layers = []
-    if aug.crop:
-        layers.append(keras.layers.RandomCrop(*aug.crop, name="random_crop"))
+    # the random crop changes the shape, so it lives in the model (build_model): a random window
+    # while training, the central one when evaluating and serving
     if aug.flip != "none":
         layers.append(keras.layers.RandomFlip(aug.flip, name="random_flip"))
     if aug.rotation:
@@ -502,11 +502,15 @@ def build_model(config: FeatureConfig, fitted: dict[str, Any], preprocessor: Any
     for name, tensor in preprocessor.output.items():
         if name == "image":
             shape = tuple(tensor.shape[1:])
-            if config.image and config.image.augment.crop:
-                shape = (*config.image.augment.crop, shape[2])
             inp = keras.Input(shape=shape, name="image", dtype="float32")
             inputs["image"] = inp
-            x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inp)
+            x = inp
+            if config.image and config.image.augment.crop:
+                from tfrecord_suite.train.layers import TrainingCrop
+
+                x = TrainingCrop(*config.image.augment.crop, name="random_crop")(x)
+                shape = (*config.image.augment.crop, shape[2])
+            x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
             if min(shape[0], shape[1]) >= 4:
                 x = keras.layers.MaxPooling2D()(x)
             x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
