@@ -30,6 +30,9 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 	$(BIN)/tfrecord-suite -v bench $(BENCH_ARGS)
 
+images: $(STAMP)
+	$(BIN)/tfrecord-suite images build $(IMAGES_ARGS)
+
 compile: $(STAMP)
 	$(BIN)/tfrecord-suite compile --output pipelines/tfrecord_suite_pipeline.yaml
 

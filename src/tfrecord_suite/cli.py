@@ -652,6 +652,57 @@ def demo(workdir: str, as_json: bool) -> None:
 # ----------------------------------------------------------------------------------------- bench
 
 
+def _image_build_config_cls() -> type:
+    from tfrecord_suite.image_build import ImageBuildConfig
+
+    return ImageBuildConfig
+
+
+@main.group("images")
+def images_group() -> None:
+    """Container images: list them, build and push them with the Docker SDK."""
+
+
+@images_group.command("list")
+@json_option
+def images_list(as_json: bool) -> None:
+    """The image names and Dockerfiles (one place: tfrecord_suite/images.py)."""
+    from tfrecord_suite import images
+
+    table = {k: {"image": ref, "dockerfile": df} for k, (ref, df) in images.ALL_IMAGES.items()}
+    _emit(
+        table,
+        as_json,
+        lambda t: "\n".join(f"{k}: {v['image']}  ({v['dockerfile']})" for k, v in t.items()),
+    )
+
+
+@images_group.command("build")
+@cliutil.dataclass_options(_image_build_config_cls())
+@json_option
+@friendly_errors
+def images_build(as_json: bool, **values: Any) -> None:
+    """Build (and with --push, push) the images against the engine DOCKER_HOST names."""
+    from tfrecord_suite.image_build import ImageBuildError, build_images
+
+    try:
+        with _stdout_for(as_json):
+            built = build_images(
+                cliutil.build(_image_build_config_cls(), values),
+                progress=lambda line: click.echo(line, err=True),
+            )
+    except ImageBuildError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    _emit(
+        built,
+        as_json,
+        lambda b: "\n".join(
+            f"{x['image']} {x['id'][:19]}{' pushed' if x['pushed'] else ''}" for x in b
+        ),
+    )
+
+
 def _bench_config_cls() -> type:
     from tfrecord_suite.bench import BenchConfig
 
