@@ -1,0 +1,73 @@
+"""The benchmark's bookkeeping: alternation, medians, ratios, slope, report and chart. (The
+benchmark itself is `make bench`; timings are never asserted in tests on this shared machine.)"""
+
+import os
+
+import pytest
+
+from tfrecord_suite import bench
+
+
+def test_measure_alternates_warms_up_and_takes_medians():
+    calls = []
+
+    def variant(name, items):
+        def run():
+            calls.append(name)
+            return items
+
+        return run
+
+    out = bench.measure({"a": variant("a", 10), "b": variant("b", 20)}, runs=3)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then alternating order
+    assert out["a"]["items"] == 10 and len(out["a"]["runs_per_s"]) == 3
+    assert out["a"]["median_per_s"] == sorted(out["a"]["runs_per_s"])[1]
+    timed_elsewhere = bench.measure({"p": lambda: (100, 2.0)}, runs=1, warmup={})
+    assert timed_elsewhere["p"]["median_per_s"] == 50.0  # (items, seconds) from a subprocess
+
+
+def _results():
+    read = {
+        "reader": {"median_per_s": 100.0},
+        "naive": {"median_per_s": 25.0},
+        "read_ceiling": {"median_per_s": 200.0},
+    }
+    return {
+        "date": "2026-11-22T00:00:00+00:00",
+        "machine": "x86_64, 2 cores",
+        "runs": 3,
+        "batch_size": 256,
+        "read": {"small": read},
+        "write": {"plain_writer": {"median_per_s": 10.0}, "beam": {"median_per_s": 9.0}},
+        "train": {"real_over_synthetic": 1.02, "cache_epoch2_speedup": 5.0},
+        "scale": {"reader_slope": 0.05, "shard_slope": -0.1},
+    }
+
+
+def test_ratios_and_report_against_targets(tmp_path):
+    results = _results()
+    results["ratios"] = bench.ratios(results)
+    assert results["ratios"]["small: reader/naive"] == 4.0
+    assert results["ratios"]["small: reader/read_ceiling"] == 0.5
+    assert results["ratios"]["beam/plain_writer"] == 0.9
+    assert "beam_2_workers/plain_writer" not in results["ratios"]  # quick runs leave it out
+    text = bench.markdown(results)
+    assert "| small: reader/naive | 4.00 | >= 3.5 |" in text
+    assert "| real/synthetic step time | 1.02 | <= 1.05 |" in text
+    assert "+5.0% (reader), -10.0% (shard step)" in text
+    png = tmp_path / "r.png"
+    bench.chart(results, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 1000
+
+
+def test_slope_is_relative_change_of_time_per_record():
+    assert bench._slope([(100, 1.0), (1600, 16.0)]) == pytest.approx(0.0)
+    assert bench._slope([(100, 1.0), (1600, 32.0)]) == pytest.approx(1.0)
+
+
+def test_parts_and_repeats():
+    assert bench.BenchConfig(quick=True).parts() == {"read", "write", "train"}
+    assert "scale" in bench.BenchConfig().parts()
+    assert bench.BenchConfig(quick=True).runs() == 1 and bench.BenchConfig().runs() == 5
+    with pytest.raises(ValueError, match="unknown parts"):
+        bench.BenchConfig(only="read,fly").parts()
