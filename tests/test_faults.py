@@ -59,3 +59,33 @@ def test_unreachable_store_fails_clearly_and_leaves_no_version(tmp_path, fake_gc
     with _emulator_env(fake_gcs_server):
         assert Registry(f"gs://{bucket}/registry").versions("rows") == []
     assert os.path.isdir(staged)
+
+
+@pytest.mark.gcs
+def test_shard_to_gcs_survives_injected_faults(tmp_path, gcs_emulator_server, jsonl_file):
+    """The Beam shard step writing gs:// through the fault proxy (gcp-storage-emulator behind it)."""
+    import tensorflow as tf
+
+    from tfrecord_suite.shard.step import ShardConfig, run_shard
+
+    bucket = "shard-faults"
+    with _emulator_env(gcs_emulator_server):
+        storage.gcs_client().create_bucket(bucket)
+    out = f"gs://{bucket}/staged/rows"
+    with FaultProxy(gcs_emulator_server, every=5) as proxy, _emulator_env(proxy.url):
+        summary = run_shard(ShardConfig(input=jsonl_file, output=out, num_shards=2))
+        faults = dict(proxy.faults)
+        requests = proxy.requests
+    print(f"\nshard step survived {faults} over {requests} requests")
+    assert summary["records"] == 200 and sum(faults.values()) >= 3
+    with _emulator_env(gcs_emulator_server):  # every record landed once, readable without faults
+        shards = [f for f in storage.list_files(out) if f.uri.endswith(".tfrecord")]
+        assert len(shards) == 6
+        local = []
+        for i, f in enumerate(shards):
+            path = str(tmp_path / f"{i}.tfrecord")
+            with open(path, "wb") as fh:
+                fh.write(storage.read_bytes(f.uri))
+            local.append(path)
+        records = list(tf.data.TFRecordDataset(local).as_numpy_iterator())
+    assert len(records) == len(set(records)) == 200

@@ -300,3 +300,20 @@ def test_concurrent_publish_and_alias_on_fake_gcs(tmp_path, strict_gcs_bucket):
     with pytest.raises(storage.PreconditionFailed):
         reg.set_alias("rows", "stable", "1.1.0", expected=None)
     assert str(reg.resolve("rows", "stable")) == "1.0.0"
+
+
+@pytest.mark.gcs
+def test_concurrent_publisher_processes_on_fake_gcs(tmp_path, strict_gcs_bucket):
+    """4 processes (spawned, each with its own GCS client) race on the strict emulator."""
+    root = f"{strict_gcs_bucket}/registry"
+    staged = [make_staged(str(tmp_path / f"s{i}"), n=30 + i) for i in range(3)]
+    staged.append(staged[0])  # one publisher repeats another's content: idempotent
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_publish_in_process, [(root, s) for s in staged])
+    versions = sorted({v for v, _ in results})
+    assert versions == ["1.0.0", "1.1.0", "1.2.0"]
+    assert sum(created for _, created in results) == 3
+    reg = Registry(root)
+    assert [str(v) for v in reg.versions("rows")] == versions
+    for v in versions:
+        reg.verify("rows", v)

@@ -1,6 +1,7 @@
 """Crashes and bad input: a killed shard job reruns to the same bytes; empty and hostile input gets
 one clear error and writes nothing outside the target."""
 
+import json
 import os
 import signal
 import subprocess
@@ -100,3 +101,43 @@ def test_hostile_split_names_and_dataset_names_write_nothing(tmp_path, jsonl_fil
         with pytest.raises(NameError_):
             reg.publish(str(tmp_path), name)
     assert not (tmp_path / "reg").exists()
+
+
+def test_no_secret_reaches_logs_outputs_or_the_registry(tmp_path, jsonl_file):
+    """Credentials in the environment never show up in output, artifacts or the manifest, and a
+    credential passed as a Beam option is refused by name, without echoing its value."""
+    import uuid
+
+    secret = f"sekrit-{uuid.uuid4().hex}"
+    key_file = tmp_path / "key.json"
+    key_file.write_text(json.dumps({"type": "service_account", "private_key": secret}))
+    env = {
+        **os.environ,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "GOOGLE_APPLICATION_CREDENTIALS": str(key_file),
+        "KFP_TOKEN": secret,
+    }
+    cli = [sys.executable, "-m", "tfrecord_suite.cli", "-v"]
+    out, reg = tmp_path / "staged", tmp_path / "registry"
+    runs = [
+        subprocess.run([*cli, "shard", "--input", jsonl_file, "--output", str(out)],
+                       capture_output=True, text=True, env=env, timeout=300),
+        subprocess.run([*cli, "version", "publish", "--staged", str(out), "--registry", str(reg),
+                        "--dataset", "rows"], capture_output=True, text=True, env=env, timeout=300),
+    ]  # fmt: skip
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert secret not in proc.stdout + proc.stderr
+    for folder in (out, reg):
+        for root, _, files in os.walk(folder):
+            for name in files:
+                assert secret.encode() not in open(os.path.join(root, name), "rb").read(), name
+    refused = subprocess.run(
+        [*cli, "shard", "--input", jsonl_file, "--output", str(tmp_path / "x"), "--",
+         f"--s3_secret_access_key={secret}"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "beam option --s3_secret_access_key carries a credential" in refused.stderr
+    assert secret not in refused.stdout + refused.stderr
+    assert not (tmp_path / "x").exists()

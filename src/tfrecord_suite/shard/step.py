@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -33,6 +34,31 @@ SAMPLE_FILES = 8
 
 class ShardError(RuntimeError):
     """The shard step failed; the message says why and what to do."""
+
+
+_CREDENTIAL_OPTION = re.compile(
+    r"^--?[\w.-]*(secret|password|passwd|token|access_key|key_file|connection_string|credential)",
+    re.I,
+)
+
+
+def check_no_credentials(beam_args: Sequence[str]) -> None:
+    """Refuse Beam options that carry credentials.
+
+    Pipeline parameters show in the Kubeflow UI, the compiled run and the logs; credentials
+    belong in Workload Identity (GCS, Dataflow) or a Kubernetes secret mounted into the pod.
+
+    Raises:
+        ValueError: Naming the option, never its value.
+
+    """
+    for arg in beam_args:
+        name = str(arg).split("=", 1)[0]
+        if _CREDENTIAL_OPTION.match(name):
+            raise ValueError(
+                f"beam option {name} carries a credential: pipeline parameters are visible in "
+                "the Kubeflow UI and logs; use Workload Identity or a mounted Kubernetes secret"
+            )
 
 
 @dataclasses.dataclass
@@ -105,6 +131,7 @@ class ShardConfig:
             raise ValueError("--target-shard-mb must be positive")
         convert.SplitSpec.parse(self.splits)
         self.plan_config()
+        check_no_credentials(self.beam_args)
 
     def plan_config(self) -> plan.ShardPlanConfig:
         """The shard plan's inputs."""
