@@ -4,6 +4,8 @@ Lightweight Python components whose base image is ours: each body imports one fu
 package and calls it, so ``kfp.local`` runs them in a subprocess and Kubeflow in our image.
 """
 
+from typing import NamedTuple
+
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Markdown, Output
 
@@ -67,11 +69,17 @@ def version_op(
     run_id: str,
     dataset: Output[Dataset],
     card: Output[Markdown],
-):
-    """Publish the staged shards as an immutable, checksummed dataset version."""
+) -> NamedTuple("VersionOutputs", [("ref", str), ("digest", str)]):
+    """Publish the staged shards as an immutable, checksummed dataset version.
+
+    Returns the exact version reference and its content digest as parameters, so that the steps
+    consuming them are cached on the data itself.
+    """
+    from collections import namedtuple
+
     from tfrecord_suite.tasks import version_task
 
-    version_task(
+    ref, digest = version_task(
         staged=staged,
         registry_root=registry_root,
         dataset_name=dataset_name,
@@ -80,3 +88,4 @@ def version_op(
         dataset=dataset,
         card=card,
     )
+    return namedtuple("VersionOutputs", ["ref", "digest"])(ref, digest)

@@ -8,7 +8,8 @@ from tfrecord_suite.images import COMPONENT_IMAGE
 
 @dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def train_op(
-    dataset: Input[Dataset],
+    dataset_ref: str,
+    dataset_digest: str,
     strategy: str,
     cpu_devices: int,
     epochs: int,
@@ -32,7 +33,8 @@ def train_op(
     from tfrecord_suite.tasks import train_task
 
     train_task(
-        dataset=dataset,
+        dataset_ref=dataset_ref,
+        dataset_digest=dataset_digest,
         strategy=strategy,
         cpu_devices=cpu_devices,
         epochs=epochs,

@@ -120,8 +120,10 @@ def build_pipeline(placement: Placement | None = None):
         # publishing is idempotent, but a cached result could name a version gc'ed since: always run
         version.set_caching_options(False)
         version.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
+        # parameters, not the artifact: the cache key is then the exact version and its digest
         train = train_op(
-            dataset=version.outputs["dataset"],
+            dataset_ref=version.outputs["ref"],
+            dataset_digest=version.outputs["digest"],
             strategy=strategy,
             cpu_devices=cpu_devices,
             epochs=epochs,

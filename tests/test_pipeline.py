@@ -48,6 +48,13 @@ def test_yaml_parses_as_pipeline_spec_proto():
     for name in ("version-op", "register-op", "fingerprint-op"):
         assert not tasks[name].caching_options.enable_cache, name
     assert tasks["train-op"].caching_options.enable_cache
+    # training is cached on the exact dataset version and its content digest, not on an artifact
+    # that every run mints anew
+    train_inputs = tasks["train-op"].inputs.parameters
+    for name, output in (("dataset_ref", "ref"), ("dataset_digest", "digest")):
+        src = train_inputs[name].task_output_parameter
+        assert (src.producer_task, src.output_parameter_key) == ("version-op", output)
+    assert "dataset" not in tasks["train-op"].inputs.artifacts
     assert (
         spec.components["comp-train-op"]
         .output_definitions.artifacts["model"]

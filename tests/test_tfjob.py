@@ -255,7 +255,8 @@ def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
             Artifact(str(tmp_path / "report.md")),
         )
         tasks.train_task(
-            dataset=Artifact("/reg/digits/1.0.0", {"ref": "/reg/digits@1.0.0"}),
+            dataset_ref="/reg/digits@1.0.0",
+            dataset_digest="",
             strategy="auto",
             cpu_devices=1,
             epochs=3,

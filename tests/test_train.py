@@ -203,3 +203,24 @@ def test_killed_trainer_resumes_from_backup(published_digits, tmp_path):
     m = cli_train(published_digits["ref"], str(model_dir), "--epochs", "8", "--batch-size", "16")
     assert len(m["history"]["loss"]) <= 5  # resumed at epoch 4, not from scratch
     assert not (model_dir / "backup").exists() or not os.listdir(model_dir / "backup")
+
+
+def test_train_step_refuses_a_ref_whose_digest_changed(published_digits, tmp_path):
+    """The kfp step is cached on (ref, digest); a ref that names other data must not train."""
+    from tfrecord_suite import tasks
+
+    with pytest.raises(TrainError, match="expected 0000000000000000"):
+        tasks.train_task(
+            dataset_ref=published_digits["ref"],
+            dataset_digest="0" * 64,
+            strategy="auto",
+            cpu_devices=1,
+            epochs=1,
+            batch_size=8,
+            learning_rate=0.01,
+            model_fn="",
+            model=None,
+            metrics=None,
+            classification_metrics=None,
+            report=None,
+        )

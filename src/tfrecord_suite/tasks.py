@@ -108,8 +108,13 @@ def version_task(
     run_id: str,
     dataset: Any,
     card: Any,
-) -> None:
-    """Publish the staged shards; point ``dataset`` at the version folder and describe it."""
+) -> tuple[str, str]:
+    """Publish the staged shards; point ``dataset`` at the version folder and describe it.
+
+    Returns:
+        The exact version reference (``<root>/<name>@<MAJOR.MINOR.PATCH>``) and content digest.
+
+    """
     from tfrecord_suite.registry.card import dataset_card
     from tfrecord_suite.registry.registry import Registry
 
@@ -138,11 +143,13 @@ def version_task(
     )
     parent = registry.manifest(dataset_name, m["parent"]) if m["parent"] else None
     _write_markdown(card, dataset_card(m, parent))
+    return dataset.metadata["ref"], m["content_digest"]
 
 
 def train_task(
     *,
-    dataset: Any,
+    dataset_ref: str,
+    dataset_digest: str,
     strategy: str,
     cpu_devices: int,
     epochs: int,
@@ -159,7 +166,10 @@ def train_task(
     keep_failed_tfjob: bool = False,
     feature_config: str = "",
 ) -> None:
-    """Train on the version ``dataset`` points to; fill the model, metrics and report artifacts.
+    """Train on the version ``dataset_ref`` names; fill the model, metrics and report artifacts.
+
+    ``dataset_digest`` is the version's content digest: the kfp cache key of the step, and
+    checked against the manifest here, so a cached model always belongs to the same data.
 
     ``workers == 1`` trains in this process (all of its GPUs through MirroredStrategy);
     ``workers > 1``, or a placement with ``tfjob``, launches a TFJob whose chief writes into the
@@ -169,8 +179,18 @@ def train_task(
     from tfrecord_suite.train.trainer import METRICS_FILE, TrainConfig, run_train
 
     _setup_logging()
+    if dataset_digest:
+        from tfrecord_suite.train.trainer import TrainError, resolve_dataset
+
+        manifest, _ = resolve_dataset(dataset_ref)
+        if manifest["content_digest"] != dataset_digest:
+            raise TrainError(
+                f"{dataset_ref} has content digest {manifest['content_digest'][:16]}..., expected "
+                f"{dataset_digest[:16]}...: the reference no longer names the data this run "
+                "published"
+            )
     config = TrainConfig(
-        dataset=dataset.metadata.get("ref") or dataset.uri,
+        dataset=dataset_ref,
         model_dir=model.uri,
         strategy=strategy,
         cpu_devices=cpu_devices,
