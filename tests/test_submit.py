@@ -26,6 +26,7 @@ def test_first_submit_uploads_pipeline_and_starts_a_run():
         assert ("POST", "/apis/v2beta1/runs") in paths
         run = next(r for r in api.requests if r["path"] == "/apis/v2beta1/runs")["json"]
         assert run["runtime_config"]["parameters"] == PARAMS
+        assert run["service_account"] == "tfrecord-suite"  # Workload Identity, no keys
         upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
         assert upload["pipelineInfo"]["name"] == "tfrecord-suite"
         assert out["state"].endswith("SUCCEEDED") and out["run_id"] in api.runs
@@ -46,6 +47,7 @@ def test_schedule_creates_a_recurring_run():
         job = api.recurring[out["recurring_run_id"]]
         assert job["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * *"
         assert job["max_concurrency"] in ("1", 1) and not api.runs
+        assert job["service_account"] == "tfrecord-suite"
 
 
 @pytest.mark.parametrize("state", ["FAILED"])
@@ -68,3 +70,21 @@ def test_cli_wait_exits_nonzero_on_failed_run(state):
         )
     assert result.exit_code == 1, result.output
     assert "FAILED" in result.output
+
+
+def test_cli_submit_compiles_with_the_placement_flags():
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli import main
+
+    with FakeKfp() as api, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = CliRunner().invoke(
+            main,
+            ["submit", "--host", api.url, "--param", "input_uri=gs://b/raw.csv",
+             "--accelerator-type", "nvidia-l4", "--accelerator-count", "2", "--json"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
+    train = upload["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
+    assert train["accelerator"]["resourceCount"] == "2"

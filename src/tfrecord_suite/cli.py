@@ -763,6 +763,13 @@ def compile_(output: str, as_json: bool, **values: Any) -> None:
 @click.option("--pipeline-name", default="tfrecord-suite", show_default=True)
 @click.option("--wait/--no-wait", default=False, help="Wait for the run to finish.")
 @click.option("--timeout", default=3600, show_default=True, help="Seconds to wait with --wait.")
+@click.option(
+    "--service-account",
+    default="tfrecord-suite",
+    show_default=True,
+    help="Kubernetes service account of the run's pods (Workload Identity; empty: KFP's default).",
+)
+@cliutil.dataclass_options(_placement_cls())
 @json_option
 @friendly_errors
 def submit(
@@ -774,12 +781,20 @@ def submit(
     pipeline_name: str,
     wait: bool,
     timeout: int,
+    service_account: str,
     as_json: bool,
+    **placement: Any,
 ) -> None:
-    """Upload a pipeline version and start a run (or a recurring run) with kfp.Client."""
+    """Upload a pipeline version and start a run (or a recurring run) with kfp.Client.
+
+    The placement flags are those of ``compile``: the uploaded version is compiled with them.
+    """
+    from tfrecord_suite.pipelines.placement import Placement
     from tfrecord_suite.submit import parse_params, submit_pipeline
 
     result = submit_pipeline(
+        placement=cliutil.build(Placement, placement),
+        service_account=service_account,
         host=host,
         experiment=experiment,
         params=parse_params(params),

@@ -61,8 +61,14 @@ def submit_pipeline(
     wait: bool = False,
     timeout: int = 3600,
     client: Any = None,
+    placement: Any = None,
+    service_account: str = "tfrecord-suite",
 ) -> dict[str, Any]:
     """Upload the compiled pipeline as a new version and create a run or a recurring run.
+
+    ``placement`` (a :class:`~tfrecord_suite.pipelines.placement.Placement`) compiles the train
+    step for GPUs/TPUs as ``tfrecord-suite compile`` would; the run's pods use the Kubernetes
+    ``service_account`` (Workload Identity to GCS, no keys).
 
     Returns:
         IDs of the pipeline, version, experiment and run (or recurring run), and the final run
@@ -77,7 +83,7 @@ def submit_pipeline(
     client = client or kfp.Client(host=host)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     with tempfile.TemporaryDirectory() as tmp:
-        package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"))
+        package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"), placement)
         pipeline_id = client.get_pipeline_id(pipeline_name)
         if pipeline_id is None:
             pipeline = client.upload_pipeline(
@@ -108,6 +114,7 @@ def submit_pipeline(
             params=params,
             max_concurrency=1,
             no_catchup=True,
+            service_account=service_account or None,
         )
         out["recurring_run_id"] = job.recurring_run_id
         return out
@@ -117,6 +124,7 @@ def submit_pipeline(
         pipeline_id=pipeline_id,
         version_id=version_id,
         params=params,
+        service_account=service_account or None,
     )
     out["run_id"] = run.run_id
     if wait:
