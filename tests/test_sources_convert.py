@@ -134,3 +134,31 @@ def test_stats_merge_is_associative():
     assert v["mean"] == pytest.approx(2.75)
     assert final["label_histogram"] == {"a": 5}
     json.dumps(final)
+
+
+def test_a_real_1_gib_line_is_one_bad_row_in_bounded_memory(tmp_path):
+    """A 1 GiB single line (a sparse file, so it costs no disk) between two good rows."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "huge.jsonl"
+    with open(path, "wb") as fh:
+        fh.write(b'{"a": 1}\n')
+        fh.seek(fh.tell() + (1 << 30))
+        fh.write(b'\n{"a": 2}\n')
+    code = (
+        "import json, resource, sys\n"
+        "from tfrecord_suite.shard import sources\n"
+        "out = list(sources.read_rows(sys.argv[1], sources.ReadOptions(format='jsonl')))\n"
+        "print(json.dumps([[r.values, r.error] for r in out]))\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result, peak_mib = proc.stdout.strip().splitlines()
+    (good1, _), (_, error), (good2, _) = json.loads(result)
+    assert good1 == {"a": 1} and good2 == {"a": 2}
+    assert "line longer than 67108864 B" in error
+    assert int(peak_mib) < 400, f"peak RSS {peak_mib} MiB reading a 1 GiB line"
