@@ -127,13 +127,16 @@ def _example_bytes(kind: str, i: int, rng: random.Random) -> bytes:
     return ex.SerializeToString()
 
 
-def make_version(root: str, kind: str, shards: int, shard_mb: float, scale: int = 1) -> dict:
-    """Write ``shards`` shards of ~``shard_mb`` MB of ``kind`` examples and publish them."""
+def make_version(root: str, kind: str, shards: int, shard_mb: float, name: str = "") -> dict:
+    """Write ``shards`` shards of ~``shard_mb`` MB of ``kind`` examples and publish them.
+
+    A version already published under ``name`` (default: ``kind``) is reused.
+    """
     import tensorflow as tf
 
     from tfrecord_suite.registry.registry import Registry
 
-    name = f"{kind}-x{scale}"
+    name = name or kind
     reg = Registry(os.path.join(root, "registry"))
     if reg.versions(name):
         v = reg.latest(name)
@@ -142,7 +145,7 @@ def make_version(root: str, kind: str, shards: int, shard_mb: float, scale: int 
     os.makedirs(staged, exist_ok=True)
     rng = random.Random(7)
     per_record = len(_example_bytes(kind, 0, rng))
-    per_shard = max(1, int(shard_mb * MB * scale / per_record))
+    per_shard = max(1, int(shard_mb * MB / per_record))
     schema = _small_schema() if kind == "small" else _large_schema()
     summary_shards = []
     for split, count in (("train", shards), ("test", 1)):
@@ -263,11 +266,13 @@ def read_variants(
         )
         return _drain(ds.take(take) if take else ds)
 
-    in_memory = tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
+    in_memory: list[Any] = []  # loaded on first use: the scaling run measures the reader only
 
     def parse_ceiling(take: int | None = None) -> int:
+        if not in_memory:
+            in_memory.append(tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator())))
         ds = (
-            tf.data.Dataset.from_tensor_slices(in_memory)
+            tf.data.Dataset.from_tensor_slices(in_memory[0])
             .batch(batch_size)
             .map(
                 lambda b: tf.io.parse_example(b, spec), num_parallel_calls=auto, deterministic=False
@@ -548,9 +553,10 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
 def _scaling(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"reader": [], "shard": []}
     for scale in (1, 4, 16):
-        v = make_version(data_root, "small", 2, 10.5 * scale / 4, scale=scale)
+        # 2 shards of 10.5 MB at 1x: the 16x point is 336 MB, ~560k small examples
+        v = make_version(data_root, "small", 2, 10.5 * scale, name=f"scale-small-x{scale}")
         variants, _ = read_variants(v, config.batch_size)
-        r = measure({"reader": variants["reader"]}, 1)["reader"]
+        r = measure({"reader": variants["reader"]}, config.runs())["reader"]
         out["reader"].append((r["items"], r["items"] / r["median_per_s"]))
         rows = 25_000 * scale
         csv_path = make_csv(os.path.join(data_root, f"rows-{rows}"), rows)
