@@ -109,8 +109,9 @@ class Scenario:
 class FakeKubernetes:
     """The stand-in server. Records every request in ``requests``; jobs live in ``jobs``."""
 
-    def __init__(self, scenario: Scenario, errors: list[int] | None = None):
+    def __init__(self, scenario: Scenario, errors: list[int] | None = None, log_dir: str = "/tmp"):
         self.scenario = scenario
+        self.log_dir = log_dir
         self.errors = list(errors or [])  # status codes answered (once each) before real replies
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.deleted: list[tuple[str, str, str | None]] = []
@@ -189,12 +190,16 @@ class FakeKubernetes:
                     return 409, _status(409, "AlreadyExists"), "application/json"
                 self.jobs[key] = body
                 self.created.append(body)
+                if isinstance(self.scenario, LocalOperator):
+                    self.scenario.start(body, self.log_dir)
                 return 201, body, "application/json"
             if name is None or (ns, name) not in self.jobs:
                 return 404, _status(404, "NotFound"), "application/json"
             if method == "GET":
                 return 200, self._job_with_status(ns, name), "application/json"
             if method == "DELETE":
+                if isinstance(self.scenario, LocalOperator):
+                    self.scenario.stop()
                 self.deleted.append((ns, name, query.get("propagationPolicy")))
                 del self.jobs[(ns, name)]
                 return 200, _status(200, "Success"), "application/json"
@@ -212,6 +217,8 @@ class FakeKubernetes:
         return 404, _status(404, f"no route {method} {path}"), "application/json"
 
     def _step(self, ns: str, name: str) -> tuple[str, str]:
+        if isinstance(self.scenario, LocalOperator):
+            return self.scenario.state()
         n = self._gets.get((ns, name), 0)
         self._gets[(ns, name)] = n + 1
         return self.scenario.steps[min(n, len(self.scenario.steps) - 1)]
@@ -253,7 +260,10 @@ class FakeKubernetes:
         items = []
         if any(n == name for (_, n) in self.jobs):
             for pod, rtype, i in self._replicas(name):
-                failed = self.scenario.fail_replica == f"{rtype}-{i}"
+                if isinstance(self.scenario, LocalOperator):
+                    failed = self.scenario.procs[pod].poll() not in (None, 0)
+                else:
+                    failed = self.scenario.fail_replica == f"{rtype}-{i}"
                 items.append(
                     {
                         "metadata": {
@@ -285,6 +295,9 @@ class FakeKubernetes:
         return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
 
     def _log(self, pod: str) -> str:
+        if isinstance(self.scenario, LocalOperator):
+            with open(self.scenario.logs[pod], errors="replace") as fh:
+                return fh.read()
         for name, rtype, i in self._replicas(pod.rsplit("-", 2)[0]):
             if name == pod and self.scenario.fail_replica == f"{rtype}-{i}":
                 return "starting\n" + self.scenario.fail_log
@@ -300,3 +313,62 @@ def _status(code: int, message: str) -> dict[str, Any]:
         "reason": message,
         "code": code,
     }
+
+
+class LocalOperator(Scenario):
+    """Plays the Training Operator for real on this machine: each replica of a created TFJob runs
+    as a local process with the ``TF_CONFIG`` the operator would give it (chief + workers on
+    127.0.0.1 ports); the job's status and the pods' logs come from those processes."""
+
+    def __init__(self, command_prefix: list[str], env: dict[str, str]):
+        super().__init__([("Created", "")])
+        self.command_prefix = command_prefix
+        self.env = env
+        self.procs: dict[str, Any] = {}
+        self.logs: dict[str, str] = {}
+
+    def start(self, job: dict[str, Any], log_dir: str) -> None:
+        import os
+        import socket
+        import subprocess
+
+        name = job["metadata"]["name"]
+        roles = []
+        for rtype, spec in job["spec"]["tfReplicaSpecs"].items():
+            for i in range(spec["replicas"]):
+                roles.append((rtype.lower(), i, spec["template"]["spec"]["containers"][0]))
+        ports = []
+        for _ in roles:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+        cluster: dict[str, list[str]] = {}
+        for (rtype, _, _), port in zip(roles, ports, strict=True):
+            cluster.setdefault(rtype, []).append(f"127.0.0.1:{port}")
+        for rtype, i, container in roles:
+            pod = f"{name}-{rtype}-{i}"
+            tf_config = {"cluster": cluster, "task": {"type": rtype, "index": i}}
+            log = os.path.join(log_dir, f"{pod}.log")
+            self.logs[pod] = log
+            # the container runs `tfrecord-suite train <args>`; here: this interpreter's CLI
+            self.procs[pod] = subprocess.Popen(
+                [*self.command_prefix, *container["command"][1:], *container["args"]],
+                stdout=open(log, "w"),
+                stderr=subprocess.STDOUT,
+                env={**self.env, "TF_CONFIG": json.dumps(tf_config)},
+            )
+
+    def state(self) -> tuple[str, str]:
+        codes = {pod: p.poll() for pod, p in self.procs.items()}
+        failed = [pod for pod, c in codes.items() if c not in (None, 0)]
+        if failed:
+            return "Failed", f"replica {failed[0]} exited with {codes[failed[0]]}"
+        if codes and all(c == 0 for c in codes.values()):
+            return "Succeeded", "all replicas finished"
+        return "Running", ""
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()

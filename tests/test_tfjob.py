@@ -313,3 +313,70 @@ def test_trainer_args_round_trip_through_the_cli():
     finally:
         trainer.run_train = orig
     assert seen["config"] == cfg
+
+
+def _kubeconfig(tmp_path, url):
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return str(path)
+
+
+@pytest.mark.slow
+def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
+    published_digits, tmp_path, monkeypatch
+):
+    """The kfp train step with workers=2: launcher -> TFJob -> a stand-in operator that runs the
+    chief and the worker as real processes with TF_CONFIG (MultiWorkerMirroredStrategy on
+    127.0.0.1) -> the chief's model and metrics fill the step's artifacts."""
+    import sys
+
+    from fakek8s import LocalOperator
+
+    operator = LocalOperator([sys.executable, "-m", "tfrecord_suite.cli"], dict(os.environ))
+    model_dir = str(tmp_path / "model")
+    with FakeKubernetes(operator, log_dir=str(tmp_path)) as k8s:
+        monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, k8s.url))
+        monkeypatch.setattr("tfrecord_suite.train.tfjob.current_namespace", lambda: "ml")
+        model, metrics, cm, report = (
+            Artifact(model_dir),
+            Artifact(""),
+            Artifact(""),
+            Artifact(str(tmp_path / "report.md")),
+        )
+        tasks.train_task(
+            dataset_ref=published_digits["ref"],
+            dataset_digest=published_digits["manifest"]["content_digest"],
+            strategy="auto",
+            cpu_devices=1,
+            epochs=2,
+            batch_size=16,
+            learning_rate=0.01,
+            model_fn="",
+            model=model,
+            metrics=metrics,
+            classification_metrics=cm,
+            report=report,
+            workers=2,
+            run_id="run-real",
+        )
+        assert k8s.deleted == [("ml", job_name("run-real"), "Foreground")]
+    assert model.metadata["strategy"] == "CollectiveAllReduceStrategy"  # = MultiWorkerMirrored
+    assert model.metadata["replicas"] == 2
+    assert os.path.isfile(os.path.join(model_dir, "export", "saved_model.pb"))
+    assert 0.0 <= metrics.logged["test_accuracy"] <= 1.0  # two short epochs: learning not asserted
+    classes, matrix = cm.logged["confusion"]
+    assert (
+        len(classes) == 10
+        and sum(map(sum, matrix)) == published_digits["manifest"]["splits"]["test"]["records"]
+    )
