@@ -264,9 +264,12 @@ def _read_csv(uri: str, options: ReadOptions) -> Iterator[RawRow]:
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
     errors: list[str] = []
     reader = csv.reader(_lines(uri, options, errors), delimiter=delimiter)
-    line_no = 0
     try:
         header = next(reader, None)
+    except csv.Error as exc:
+        raise InputError(f"{uri}: header line: CSV syntax error: {exc}") from None
+    line_no = reader.line_num  # the header's lines: a bad first record is reported after them
+    try:
         if header is None:
             return
         if header and _marker_error(header[0], errors):
