@@ -211,25 +211,7 @@ def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
     model_dir = str(tmp_path / "model")
 
     with FakeKubernetes(Scenario([("Succeeded", "")])) as k8s:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "fake", "cluster": {"server": k8s.url}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [
-                        {
-                            "name": "c",
-                            "context": {"cluster": "fake", "user": "u", "namespace": "ml"},
-                        }
-                    ],
-                    "current-context": "c",
-                }
-            )
-        )
-        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.train.tfjob.current_namespace", lambda: "ml")
         # what the chief writes at the end of a real run (tests/test_train.py runs one)
         storage.write_text(

@@ -368,6 +368,13 @@ def _model_registry(root: str) -> Any:
     return ModelRegistry(root)
 
 
+def _resolve_model(reg: Any, name: str, selector: str) -> Any:
+    model = reg.resolve(name, selector)
+    if model is None:
+        raise ValueError(f"model {name} has no version {selector!r} in {reg.root}")
+    return model
+
+
 @models.command("list")
 @click.option("--registry", "root", required=True, help="Model registry root (<registry>/_models).")
 @click.option("--model", "name", required=True, help="Model name (the dataset name by default).")
@@ -415,9 +422,7 @@ def models_list(root: str, name: str, as_json: bool) -> None:
 @friendly_errors
 def models_show(root: str, name: str, selector: str, as_json: bool) -> None:
     """Show a model version's manifest (files, lineage, evaluation)."""
-    model = _model_registry(root).resolve(name, selector)
-    if model is None:
-        raise ValueError(f"model {name} has no version {selector!r} in {root}")
+    model = _resolve_model(_model_registry(root), name, selector)
     _emit({**model.manifest, "export_dir": model.export_dir}, True)
 
 
@@ -430,9 +435,7 @@ def models_show(root: str, name: str, selector: str, as_json: bool) -> None:
 def models_verify(root: str, name: str, selector: str, as_json: bool) -> None:
     """Recompute every file's checksum of a model version."""
     reg = _model_registry(root)
-    model = reg.resolve(name, selector)
-    if model is None:
-        raise ValueError(f"model {name} has no version {selector!r} in {root}")
+    model = _resolve_model(reg, name, selector)
     reg.verify(name, model.version)
     _emit(
         {
