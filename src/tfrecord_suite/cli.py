@@ -414,10 +414,17 @@ def models_list(root: str, name: str, as_json: bool) -> None:
     )
 
 
+def _model_version_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--registry, --model and --version (a number or an alias), shared by show and verify."""
+    fn = click.option(
+        "--version", "selector", default="stable", show_default=True, help="Number or alias."
+    )(fn)
+    fn = click.option("--model", "name", required=True, help="Model name.")(fn)
+    return click.option("--registry", "root", required=True, help="Model registry root.")(fn)
+
+
 @models.command("show")
-@click.option("--registry", "root", required=True, help="Model registry root.")
-@click.option("--model", "name", required=True, help="Model name.")
-@click.option("--version", "selector", default="stable", show_default=True, help="Number or alias.")
+@_model_version_options
 @json_option
 @friendly_errors
 def models_show(root: str, name: str, selector: str, as_json: bool) -> None:
@@ -427,9 +434,7 @@ def models_show(root: str, name: str, selector: str, as_json: bool) -> None:
 
 
 @models.command("verify")
-@click.option("--registry", "root", required=True, help="Model registry root.")
-@click.option("--model", "name", required=True, help="Model name.")
-@click.option("--version", "selector", default="stable", show_default=True, help="Number or alias.")
+@_model_version_options
 @json_option
 @friendly_errors
 def models_verify(root: str, name: str, selector: str, as_json: bool) -> None:
