@@ -72,3 +72,63 @@ def test_reader_refuses_absurd_knobs():
         ReaderConfig(batch_size=-1)
     with pytest.raises(ValueError):
         ReaderConfig(cycle_length=-2)
+
+
+def epoch_ids(manifest, vdir, config, pipelines=1, index=0):
+    import tensorflow as tf
+
+    ctx = tf.distribute.InputContext(
+        num_input_pipelines=pipelines, input_pipeline_id=index, num_replicas_in_sync=pipelines
+    )
+    ds = make_dataset(
+        shard_uris(manifest, vdir, "train"),
+        Schema.from_dict(manifest["schema"]),
+        config,
+        input_context=ctx if pipelines > 1 else None,
+    )
+    return [[int(v) for v in x["n"].numpy().ravel()] for x, _ in ds]
+
+
+def test_block_reading_and_window_shuffle_read_each_example_once_and_reshuffle(rows_versions):
+    # blocks of 8 records, parsed and permuted in windows of 64: the fast path on small data
+    manifest, vdir = rows_versions[4]
+    config = ReaderConfig(batch_size=16, block_length=8, parse_window=64, shuffle_buffer=64)
+    batches = epoch_ids(manifest, vdir, config)
+    seen = [i for b in batches for i in b]
+    assert sorted(seen) == list(range(200))
+    assert all(len(b) == 16 for b in batches[:-1])
+    # a batch mixes blocks: consecutive records of one file do not stay together
+    assert any(max(b) - min(b) > 16 for b in batches)
+    assert seen != sorted(seen)
+
+
+def test_data_policy_with_blocks_is_exactly_once_even_when_interleave_is_nondeterministic(
+    rows_versions,
+):
+    manifest, vdir = rows_versions[4]  # 4 files for 8 workers: DATA policy
+    config = ReaderConfig(batch_size=8, block_length=4, parse_window=32, deterministic=False)
+    seen = [i for w in range(8) for b in epoch_ids(manifest, vdir, config, 8, w) for i in b]
+    assert sorted(seen) == list(range(200))
+
+
+def test_block_and_window_follow_record_size():
+    from tfrecord_suite.train.reader import block_and_window
+
+    small, large = ReaderConfig(batch_size=256), ReaderConfig(batch_size=32)
+    assert block_and_window(small, 600) == (64, 2048)  # bulk for small records
+    assert block_and_window(large, 100_000) == (1, 32)  # one by one, parsed per batch
+    assert block_and_window(ReaderConfig(block_length=5, parse_window=10), 600) == (5, 128)
+
+
+def test_autotune_knobs_resolve_once_unless_retune(rows_versions):
+    from tfrecord_suite.train.reader import dataset_options
+
+    assert dataset_options(ReaderConfig()).autotune.enabled is False
+    assert dataset_options(ReaderConfig(retune=True)).autotune.enabled is True
+    manifest, vdir = rows_versions[4]
+    ds = make_dataset(
+        shard_uris(manifest, vdir, "train"),
+        Schema.from_dict(manifest["schema"]),
+        ReaderConfig(batch_size=16, retune=True),
+    )
+    assert ds.options().autotune.enabled is True

@@ -4,10 +4,13 @@ Every variant runs after a warm-up, alternately with the others, several times; 
 medians and ratios measured in the same run (absolute numbers on a shared machine mean little).
 
 * Read side, on 8+ shards of >= 10 MB of small (~0.5 KB) and large (~100 KB) examples:
-  (a) read-only ceiling: interleaved reading, no parsing; (b) parse ceiling: ``parse_example`` on
-  serialized batches already in memory; (c) naive: sequential ``TFRecordDataset`` +
-  ``parse_single_example`` + ``batch``; (d) our reader; (e) the PyPI ``tfrecord`` reader in a
-  PyTorch ``DataLoader`` with 2 workers; (f) TFDS reading the same version.
+  (a) read-only ceiling: ``interleave(TFRecordDataset) -> batch``, no parsing (the issue's
+  ceiling); (a') block read ceiling: the same, reading blocks of records per element as our reader
+  does, no parsing (the stricter ceiling); (b) parse ceiling: ``parse_example`` on windows of
+  serialized records already in memory, cut into batches; (c) naive: sequential
+  ``TFRecordDataset`` + ``parse_single_example`` + ``batch``; (d) our reader; (e) the PyPI
+  ``tfrecord`` reader in a PyTorch ``DataLoader`` with 2 workers; (f) TFDS reading the same
+  version. The tf.data variants run with the reader's ``tf.data.Options``.
 * Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
   row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
 * Training side: step time on real input vs. ``take(1).cache().repeat()``; epoch 2 vs. epoch 1 with
@@ -244,13 +247,27 @@ def read_variants(
 
     from tfrecord_suite.registry.registry import shard_uris
     from tfrecord_suite.schema import parse_spec
-    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+    from tfrecord_suite.train.reader import (
+        ReaderConfig,
+        block_and_window,
+        dataset_options,
+        estimate_record_bytes,
+        make_dataset,
+    )
 
     manifest, uri = version["manifest"], version["uri"]
     files = shard_uris(manifest, uri, "train")
     schema = Schema.from_dict(manifest["schema"])
     spec = parse_spec(schema)
     auto = tf.data.AUTOTUNE
+
+    reader_config = ReaderConfig(batch_size=batch_size)
+    options = dataset_options(reader_config)  # every tf.data peer runs with the reader's options
+    block, window = block_and_window(reader_config, estimate_record_bytes(files))
+
+    def read_blocks(path: Any) -> Any:
+        records = tf.data.TFRecordDataset(path)
+        return records.batch(block) if block > 1 else records
 
     def read_ceiling(take: int | None = None) -> int:
         ds = (
@@ -264,22 +281,32 @@ def read_variants(
             .batch(batch_size)
             .prefetch(auto)
         )
-        return _drain(ds.take(take) if take else ds)
+        return _drain((ds.take(take) if take else ds).with_options(options))
+
+    def block_read_ceiling(take: int | None = None) -> int:
+        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+            read_blocks, cycle_length=len(files), num_parallel_calls=auto, deterministic=False
+        )
+        ds = (ds.rebatch(batch_size) if block > 1 else ds.batch(batch_size)).prefetch(auto)
+        return _drain((ds.take(take) if take else ds).with_options(options))
 
     in_memory: list[Any] = []  # loaded on first use: the scaling run measures the reader only
 
     def parse_ceiling(take: int | None = None) -> int:
         if not in_memory:
-            in_memory.append(tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator())))
+            records = tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
+            chunk = min(window, int(records.shape[0]))
+            whole = (int(records.shape[0]) // chunk) * chunk
+            in_memory.append(tf.reshape(records[:whole], (-1, chunk)))
         ds = (
             tf.data.Dataset.from_tensor_slices(in_memory[0])
-            .batch(batch_size)
             .map(
                 lambda b: tf.io.parse_example(b, spec), num_parallel_calls=auto, deterministic=False
             )
+            .rebatch(batch_size)
             .prefetch(auto)
         )
-        return _drain(ds.take(take) if take else ds)
+        return _drain((ds.take(take) if take else ds).with_options(options))
 
     def naive(take: int | None = None) -> int:
         ds = (
@@ -287,14 +314,15 @@ def read_variants(
             .map(lambda r: tf.io.parse_single_example(r, spec))
             .batch(batch_size)
         )
-        return _drain(ds.take(take) if take else ds)
+        return _drain((ds.take(take) if take else ds).with_options(options))
 
     def ours(take: int | None = None) -> int:
-        ds = make_dataset(files, schema, ReaderConfig(batch_size=batch_size))
+        ds = make_dataset(files, schema, reader_config)
         return _drain(ds.take(take) if take else ds)
 
     variants = {
         "read_ceiling": read_ceiling,
+        "block_read_ceiling": block_read_ceiling,
         "parse_ceiling": parse_ceiling,
         "naive": naive,
         "reader": ours,
@@ -574,7 +602,14 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
     out = {}
     for kind, r in results.get("read", {}).items():
         ours = r["reader"]["median_per_s"]
-        for peer in ("naive", "read_ceiling", "parse_ceiling", "pytorch", "tfds"):
+        for peer in (
+            "naive",
+            "read_ceiling",
+            "block_read_ceiling",
+            "parse_ceiling",
+            "pytorch",
+            "tfds",
+        ):
             if peer in r:
                 out[f"{kind}: reader/{peer}"] = ours / r[peer]["median_per_s"]
     w = results.get("write")
