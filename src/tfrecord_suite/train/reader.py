@@ -374,9 +374,15 @@ def make_dataset(
             ds = tf.data.Dataset.zip(ds, seeds.batch(2)).map(
                 tf.random.experimental.stateless_shuffle, **parallel
             )
-        ds = ds.map(decoder.parse, **parallel)
-        ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
-        ds = ds.map(decoder.finish, **parallel)
+        if decoder.is_image:
+            # decoded images would make windows huge: decode per batch
+            ds = ds.map(decoder.parse, **parallel)
+            ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
+            ds = ds.map(decoder.finish, **parallel)
+        else:
+            # labels and shapes per window too: one map per window instead of one per batch
+            ds = ds.map(decoder, **parallel)
+            ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
     if transform is not None:
         ds = ds.map(
             (lambda x, y: (transform(x), y)) if schema.label else transform,
