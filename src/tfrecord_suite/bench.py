@@ -499,7 +499,7 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
         return 1000 * (time.perf_counter() - t) / steps
 
     real_ms, synth_ms = [], []
-    for _ in range(2):
+    for _ in range(3):  # alternating pairs; the median damps this machine's noise
         real_ms.append(step_ms(real))
         synth_ms.append(step_ms(synthetic))
     cached = make_dataset(files, schema, ReaderConfig(batch_size=batch_size, cache="memory"))
