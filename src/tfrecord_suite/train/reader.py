@@ -358,15 +358,15 @@ def make_dataset(
     if shuffle:
         ds = ds.shuffle(-(-config.shuffle_buffer // block), seed=config.seed)
 
-    def group(size: int, drop_remainder: bool = False) -> Any:
+    def group(ds: Any, size: int, drop_remainder: bool = False) -> Any:
         if block > 1:
             return ds.rebatch(size, drop_remainder=drop_remainder)
         return ds.batch(size, drop_remainder=drop_remainder)
 
     if window == config.batch_size:
-        ds = group(config.batch_size, config.drop_remainder).map(decoder, **parallel)
+        ds = group(ds, config.batch_size, config.drop_remainder).map(decoder, **parallel)
     else:
-        ds = group(window)
+        ds = group(ds, window)
         if shuffle and block > 1:
             # blocks left the shuffle buffer in random order; permuting each window spreads
             # every block's consecutive records over the window's batches
