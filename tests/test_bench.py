@@ -31,6 +31,9 @@ def _results():
         "reader": {"median_per_s": 100.0},
         "naive": {"median_per_s": 25.0},
         "read_ceiling": {"median_per_s": 200.0},
+        "reader_python_loop": {"median_per_s": 80.0},
+        "read_ceiling_python_loop": {"median_per_s": 160.0},
+        "pytorch": {"median_per_s": 20.0},
     }
     return {
         "date": "2026-11-22T00:00:00+00:00",
@@ -49,6 +52,8 @@ def test_ratios_and_report_against_targets(tmp_path):
     results["ratios"] = bench.ratios(results)
     assert results["ratios"]["small: reader/naive"] == 4.0
     assert results["ratios"]["small: reader/read_ceiling"] == 0.5
+    assert results["ratios"]["small: reader/read_ceiling, both in a Python loop"] == 0.5
+    assert results["ratios"]["small: reader/pytorch"] == 4.0  # both consumed in Python
     assert results["ratios"]["beam/plain_writer"] == 0.9
     assert "beam_2_workers/plain_writer" not in results["ratios"]  # quick runs leave it out
     text = bench.markdown(results)
@@ -71,3 +76,16 @@ def test_parts_and_repeats():
     assert bench.BenchConfig(quick=True).runs() == 1 and bench.BenchConfig().runs() == 5
     with pytest.raises(ValueError, match="unknown parts"):
         bench.BenchConfig(only="read,fly").parts()
+
+
+def test_drains_count_every_example_in_a_graph_and_in_python():
+    import tensorflow as tf
+
+    features = {"a": tf.range(10), "b": tf.zeros((10, 3))}
+    for ds in (
+        tf.data.Dataset.from_tensor_slices(features).batch(4),
+        tf.data.Dataset.from_tensor_slices((features, tf.range(10))).batch(4),
+        tf.data.Dataset.range(10).batch(3),
+    ):
+        assert bench._drain(ds) == 10
+        assert bench._drain_in_python(ds) == 10

@@ -10,7 +10,10 @@ medians and ratios measured in the same run (absolute numbers on a shared machin
   serialized records already in memory, cut into batches; (c) naive: sequential
   ``TFRecordDataset`` + ``parse_single_example`` + ``batch``; (d) our reader; (e) the PyPI
   ``tfrecord`` reader in a PyTorch ``DataLoader`` with 2 workers; (f) TFDS reading the same
-  version. The tf.data variants run with the reader's ``tf.data.Options``.
+  version. The tf.data variants run with the reader's ``tf.data.Options`` and are consumed in a
+  graph (``Dataset.reduce``), as a training step consumes its input; the read ceiling and our
+  reader are also consumed in a Python loop, which charges a cost per tensor per batch (the
+  PyTorch peer is compared with that one).
 * Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
   row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
 * Training side: step time on real input vs. ``take(1).cache().repeat()``; epoch 2 vs. epoch 1 with
@@ -224,8 +227,31 @@ def measure(
     }
 
 
+def _batch_rows(batch: Any) -> Any:
+    """Rows in one batch: the leading dimension of its first tensor."""
+    import tensorflow as tf
+
+    first = batch[0] if isinstance(batch, tuple) else batch
+    if isinstance(first, dict):
+        first = next(iter(first.values()))
+    return tf.shape(first, out_type=tf.int64)[0]
+
+
 def _drain(ds: Any) -> int:
-    """Iterate a dataset of batches; return the number of examples."""
+    """Consume a dataset of batches in a graph, as a training step does; return the examples.
+
+    Iterating in Python instead turns every tensor of every batch into an eager tensor, which
+    charges the harness's cost per tensor to whichever variant yields more tensors (a reader of 11
+    features pays 11 times what the one-tensor read ceiling pays). :func:`_drain_in_python`
+    measures that way too, for comparison.
+    """
+    import numpy as np
+
+    return int(ds.reduce(np.int64(0), lambda n, batch: n + _batch_rows(batch)))
+
+
+def _drain_in_python(ds: Any) -> int:
+    """Consume a dataset of batches in a Python loop (eager tensors); return the examples."""
     n = 0
     for batch in ds:
         first = batch[0] if isinstance(batch, tuple) else batch
@@ -269,7 +295,7 @@ def read_variants(
         records = tf.data.TFRecordDataset(path)
         return records.batch(block) if block > 1 else records
 
-    def read_ceiling(take: int | None = None) -> int:
+    def read_ceiling(take: int | None = None, drain: Callable[[Any], int] = _drain) -> int:
         ds = (
             tf.data.Dataset.from_tensor_slices(files)
             .interleave(
@@ -281,7 +307,7 @@ def read_variants(
             .batch(batch_size)
             .prefetch(auto)
         )
-        return _drain((ds.take(take) if take else ds).with_options(options))
+        return drain((ds.take(take) if take else ds).with_options(options))
 
     def block_read_ceiling(take: int | None = None) -> int:
         ds = tf.data.Dataset.from_tensor_slices(files).interleave(
@@ -316,12 +342,14 @@ def read_variants(
         )
         return _drain((ds.take(take) if take else ds).with_options(options))
 
-    def ours(take: int | None = None) -> int:
+    def ours(take: int | None = None, drain: Callable[[Any], int] = _drain) -> int:
         ds = make_dataset(files, schema, reader_config)
-        return _drain(ds.take(take) if take else ds)
+        return drain(ds.take(take) if take else ds)
 
     variants = {
         "read_ceiling": read_ceiling,
+        "read_ceiling_python_loop": lambda take=None: read_ceiling(take, _drain_in_python),
+        "reader_python_loop": lambda take=None: ours(take, _drain_in_python),
         "block_read_ceiling": block_read_ceiling,
         "parse_ceiling": parse_ceiling,
         "naive": naive,
@@ -602,16 +630,17 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
     out = {}
     for kind, r in results.get("read", {}).items():
         ours = r["reader"]["median_per_s"]
-        for peer in (
-            "naive",
-            "read_ceiling",
-            "block_read_ceiling",
-            "parse_ceiling",
-            "pytorch",
-            "tfds",
-        ):
+        for peer in ("naive", "read_ceiling", "block_read_ceiling", "parse_ceiling", "tfds"):
             if peer in r:
                 out[f"{kind}: reader/{peer}"] = ours / r[peer]["median_per_s"]
+        in_python = r.get("reader_python_loop", {}).get("median_per_s")
+        if in_python and "read_ceiling_python_loop" in r:
+            out[f"{kind}: reader/read_ceiling, both in a Python loop"] = (
+                in_python / r["read_ceiling_python_loop"]["median_per_s"]
+            )
+        if in_python and "pytorch" in r:
+            # a PyTorch DataLoader is consumed in Python: compare with our reader consumed so too
+            out[f"{kind}: reader/pytorch"] = in_python / r["pytorch"]["median_per_s"]
     w = results.get("write")
     if w:
         out["beam/plain_writer"] = w["beam"]["median_per_s"] / w["plain_writer"]["median_per_s"]
