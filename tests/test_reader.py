@@ -1,5 +1,6 @@
 """The tf.data reader: parsing with the written spec, and FILE/DATA sharding across workers."""
 
+import logging
 import os
 
 import pytest
@@ -118,6 +119,23 @@ def test_block_and_window_follow_record_size():
     assert block_and_window(small, 600) == (64, 2048)  # bulk for small records
     assert block_and_window(large, 100_000) == (1, 32)  # one by one, parsed per batch
     assert block_and_window(ReaderConfig(block_length=5, parse_window=10), 600) == (5, 128)
+
+
+def test_shuffle_buffer_is_bounded_in_bytes(rows_versions, caplog):
+    from tfrecord_suite.train.reader import shuffle_buffer_records
+
+    config = ReaderConfig()  # 10,000 records, at most 64 MiB
+    assert shuffle_buffer_records(config, 500) == 10_000
+    assert shuffle_buffer_records(config, 1_000_000) == 67  # 1 MB images: not 10 GB
+    assert shuffle_buffer_records(ReaderConfig(shuffle_buffer_bytes=0), 1e6) == 10_000
+    with pytest.raises(ValueError, match="shuffle_buffer_bytes"):
+        ReaderConfig(shuffle_buffer_bytes=-1)
+    manifest, vdir = rows_versions[4]
+    tight = ReaderConfig(batch_size=16, block_length=8, parse_window=64, shuffle_buffer_bytes=800)
+    with caplog.at_level(logging.INFO, logger="tfrecord_suite.train.reader"):
+        seen = [i for b in epoch_ids(manifest, vdir, tight) for i in b]
+    assert sorted(seen) == list(range(200))  # a smaller buffer, still every example once
+    assert "not shuffle_buffer=10000" in caplog.text
 
 
 def test_autotune_knobs_resolve_once_unless_retune(rows_versions):

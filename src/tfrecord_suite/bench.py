@@ -3,7 +3,7 @@
 Every variant runs after a warm-up, alternately with the others, several times; the report gives
 medians and ratios measured in the same run (absolute numbers on a shared machine mean little).
 
-* Read side, on 8+ shards of >= 10 MB of small (~0.5 KB) and large (~100 KB) examples:
+* Read side, on 8 shards of 10.5 MB of small (~0.5 KB) and of 40 MB of large (~100 KB) examples:
   (a) read-only ceiling: ``interleave(TFRecordDataset) -> batch``, no parsing (the issue's
   ceiling); (a') block read ceiling: the same, reading blocks of records per element as our reader
   does, no parsing (the stricter ceiling); (b) parse ceiling: ``parse_example`` on windows of
@@ -16,8 +16,9 @@ medians and ratios measured in the same run (absolute numbers on a shared machin
   PyTorch peer is compared with that one).
 * Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
   row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
-* Training side: step time on real input vs. ``take(1).cache().repeat()``; epoch 2 vs. epoch 1 with
-  ``cache``.
+* Training side: the same compiled training step fed by our reader (real input) and by
+  ``take(1).cache().repeat()`` of it (synthetic), in alternating chunks of steps with both
+  iterators open, as in training; epoch 2 vs. epoch 1 with ``cache``.
 * Scaling (full run only): shard step and reader at 1x, 4x and 16x the data; time per record should
   stay flat (the slope is reported).
 """
@@ -490,7 +491,10 @@ def write_variants(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]
 
 
 def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, Any]:
-    """Step time with real input vs. one cached batch; epoch 2 vs. epoch 1 with cache on."""
+    """Step time with real input vs. one cached batch; epoch 2 vs. epoch 1 with cache on.
+
+    ``steps`` training steps are measured on each input, in 15 alternating chunks.
+    """
     import keras
     import tensorflow as tf
 
@@ -502,14 +506,25 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
     schema = Schema.from_dict(manifest["schema"])
     numeric = [f.name for f in schema.input_features if f.dtype == "float32"]
 
-    def model() -> Any:
-        inputs = {n: keras.Input((1,), name=n) for n in numeric}
-        x = keras.layers.Concatenate()(list(inputs.values()))
-        for _ in range(3):  # heavy enough that compute, not input, should set the pace
-            x = keras.layers.Dense(1024, activation="relu")(x)
-        m = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
-        m.compile("adam", "sparse_categorical_crossentropy")
-        return m
+    inputs = {n: keras.Input((1,), name=n) for n in numeric}
+    x = keras.layers.Concatenate()(list(inputs.values()))
+    # heavy enough that compute sets the pace (~90 ms a step here): without an accelerator the
+    # reader's CPU time (~1.5 ms a batch) is taken from the model's, which an accelerator host
+    # would overlap; with 1024 units (~45 ms a step) real/synthetic measured 1.00-1.07
+    for _ in range(3):
+        x = keras.layers.Dense(1536, activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+    optimizer = keras.optimizers.Adam()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def train_step(iterator: Any) -> Any:
+        x, y = next(iterator)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
 
     def only_numeric(x: Any, y: Any) -> Any:
         return {n: x[n] for n in numeric}, y
@@ -517,30 +532,41 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
     real = make_dataset(
         files, schema, ReaderConfig(batch_size=batch_size, repeat=True, drop_remainder=True)
     ).map(only_numeric)
-    synthetic = real.take(1).cache().repeat()
+    iterators = {"real": iter(real), "synthetic": iter(real.take(1).cache().repeat())}
 
-    def step_ms(ds: Any) -> float:
-        m = model()
-        m.fit(ds, steps_per_epoch=10, epochs=1, verbose=0)  # trace and warm up
+    def run_steps(name: str, n: int) -> float:
         t = time.perf_counter()
-        m.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
-        return 1000 * (time.perf_counter() - t) / steps
+        for _ in range(n):
+            loss = train_step(iterators[name])
+        loss.numpy()
+        return time.perf_counter() - t
 
-    real_ms, synth_ms = [], []
-    for _ in range(3):  # alternating pairs; the median damps this machine's noise
-        real_ms.append(step_ms(real))
-        synth_ms.append(step_ms(synthetic))
+    for name in iterators:  # trace, fill the pipelines
+        run_steps(name, 10)
+    # both inputs feed the same compiled step in short alternating chunks, so this machine's
+    # load drifts over both alike; the input pipelines stay open, as in training
+    chunk = max(1, steps // 15)
+    seconds = {"real": 0.0, "synthetic": 0.0}
+    pairs = []
+    for i in range(steps // chunk):
+        order = ["real", "synthetic"] if i % 2 == 0 else ["synthetic", "real"]
+        pair = {name: run_steps(name, chunk) for name in order}
+        for name, value in pair.items():
+            seconds[name] += value
+        pairs.append(pair["real"] / pair["synthetic"])
+    measured_steps = chunk * len(pairs)
     cached = make_dataset(files, schema, ReaderConfig(batch_size=batch_size, cache="memory"))
     epochs = []
     for _ in range(2):
         t = time.perf_counter()
         _drain(cached)
         epochs.append(time.perf_counter() - t)
-    del tf
     return {
-        "real_step_ms": statistics.median(real_ms),
-        "synthetic_step_ms": statistics.median(synth_ms),
-        "real_over_synthetic": statistics.median(real_ms) / statistics.median(synth_ms),
+        "real_step_ms": 1000 * seconds["real"] / measured_steps,
+        "synthetic_step_ms": 1000 * seconds["synthetic"] / measured_steps,
+        "real_over_synthetic": seconds["real"] / seconds["synthetic"],
+        "steps_each": measured_steps,
+        "chunk_ratios": pairs,
         "cache_epoch1_s": epochs[0],
         "cache_epoch2_s": epochs[1],
         "cache_epoch2_speedup": epochs[0] / epochs[1],
@@ -574,8 +600,10 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     data_root = os.path.join(root, "data")
     versions = {}
     if parts & {"read", "train"}:
-        for kind in ("small", "large"):
-            versions[kind] = make_version(data_root, kind, config.shards, 10.5)
+        # ~3,000 large examples: fewer would fit in the shuffle buffer, which would then be
+        # measured filling up rather than running
+        for kind, shard_mb in (("small", 10.5), ("large", 40.0)):
+            versions[kind] = make_version(data_root, kind, config.shards, shard_mb)
     if "read" in parts:
         results["read"] = {}
         for kind in ("small", "large"):
@@ -592,7 +620,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         results["write"] = measure(variants, runs, warmup={"beam": variants["beam"]})
     if "train" in parts:
         results["train"] = train_measurements(
-            versions["small"], config.batch_size, steps=20 if config.quick else 100
+            versions["small"], config.batch_size, steps=60 if config.quick else 300
         )
     if "scale" in parts:
         results["scale"] = _scaling(data_root, root, config)

@@ -59,6 +59,8 @@ class TrainConfig:
         num_parallel_calls: Parallel parse/decode calls (AUTOTUNE = -1).
         deterministic: Reproducible element order.
         shuffle_buffer: Records shuffled together, one window at a time (0: off).
+        shuffle_buffer_bytes: Memory bound of the shuffle buffer (0: none); large records get
+            fewer than shuffle_buffer.
         cache: ``""``, ``memory`` or a file prefix.
         prefetch: Batches prefetched (AUTOTUNE = -1).
         retune: Let tf.data's runtime model keep re-tuning AUTOTUNE knobs (off: resolved once
@@ -91,6 +93,7 @@ class TrainConfig:
     num_parallel_calls: int = AUTOTUNE
     deterministic: bool = False
     shuffle_buffer: int = 10_000
+    shuffle_buffer_bytes: int = 64 << 20
     cache: str = ""
     prefetch: int = AUTOTUNE
     retune: bool = False
@@ -133,6 +136,7 @@ class TrainConfig:
             num_parallel_calls=self.num_parallel_calls,
             deterministic=self.deterministic,
             shuffle_buffer=self.shuffle_buffer if training else 0,
+            shuffle_buffer_bytes=self.shuffle_buffer_bytes,
             cache=self.cache if training else "",
             prefetch=self.prefetch,
             retune=self.retune,
