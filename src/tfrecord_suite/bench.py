@@ -228,14 +228,17 @@ def measure(
     }
 
 
+def _first_tensor(batch: Any) -> Any:
+    """The first tensor of a batch: ``(features, label)``, a feature dict, or one tensor."""
+    first = batch[0] if isinstance(batch, tuple) else batch
+    return next(iter(first.values())) if isinstance(first, dict) else first
+
+
 def _batch_rows(batch: Any) -> Any:
-    """Rows in one batch: the leading dimension of its first tensor."""
+    """Rows in one batch (in a graph): the leading dimension of its first tensor."""
     import tensorflow as tf
 
-    first = batch[0] if isinstance(batch, tuple) else batch
-    if isinstance(first, dict):
-        first = next(iter(first.values()))
-    return tf.shape(first, out_type=tf.int64)[0]
+    return tf.shape(_first_tensor(batch), out_type=tf.int64)[0]
 
 
 def _drain(ds: Any) -> int:
@@ -253,13 +256,7 @@ def _drain(ds: Any) -> int:
 
 def _drain_in_python(ds: Any) -> int:
     """Consume a dataset of batches in a Python loop (eager tensors); return the examples."""
-    n = 0
-    for batch in ds:
-        first = batch[0] if isinstance(batch, tuple) else batch
-        if isinstance(first, dict):
-            first = next(iter(first.values()))
-        n += int(first.shape[0])
-    return n
+    return sum(int(_first_tensor(batch).shape[0]) for batch in ds)
 
 
 def read_variants(
