@@ -2,6 +2,7 @@
 benchmark itself is `make bench`; timings are never asserted in tests on this shared machine.)"""
 
 import os
+import time
 
 import pytest
 
@@ -22,15 +23,32 @@ def test_measure_alternates_warms_up_and_takes_medians():
     assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then alternating order
     assert out["a"]["items"] == 10 and len(out["a"]["runs_per_s"]) == 3
     assert out["a"]["median_per_s"] == sorted(out["a"]["runs_per_s"])[1]
-    timed_elsewhere = bench.measure({"p": lambda: (100, 2.0)}, runs=1, warmup={})
-    assert timed_elsewhere["p"]["median_per_s"] == 50.0  # (items, seconds) from a subprocess
+    assert out["a"]["median_whole_per_s"] == out["a"]["median_per_s"]  # no first batch apart
+    assert out["a"]["median_start_s"] == 0.0
+
+
+def test_measure_takes_the_rate_after_the_first_batch_and_reports_the_start():
+    def slow_start():
+        time.sleep(0.3)  # 0.2 s building and starting the pipeline, then 0.1 s of batches
+        return bench.Drained(items=110, steady_items=100, steady_seconds=0.1)
+
+    out = bench.measure({"d": slow_start}, runs=1, warmup={})["d"]
+    assert out["median_per_s"] == pytest.approx(1000.0) and out["items"] == 110
+    assert 0.2 <= out["median_start_s"] < 1.0
+    assert out["median_whole_per_s"] <= 110 / 0.3
+    timed_elsewhere = bench.measure(
+        {"p": lambda: bench.Drained(100, 90, 1.5, seconds=2.0)}, runs=1, warmup={}
+    )["p"]  # timed inside a subprocess: its interpreter's start is not counted
+    assert timed_elsewhere["median_per_s"] == pytest.approx(60.0)
+    assert timed_elsewhere["median_whole_per_s"] == pytest.approx(50.0)
+    assert timed_elsewhere["median_start_s"] == pytest.approx(0.5)
 
 
 def _results():
     read = {
-        "reader": {"median_per_s": 100.0},
+        "reader": {"median_per_s": 100.0, "median_whole_per_s": 60.0, "median_start_s": 0.25},
         "naive": {"median_per_s": 25.0},
-        "read_ceiling": {"median_per_s": 200.0},
+        "read_ceiling": {"median_per_s": 200.0, "median_whole_per_s": 150.0},
         "reader_python_loop": {"median_per_s": 80.0},
         "read_ceiling_python_loop": {"median_per_s": 160.0},
         "pytorch": {"median_per_s": 20.0},
@@ -52,12 +70,14 @@ def test_ratios_and_report_against_targets(tmp_path):
     results["ratios"] = bench.ratios(results)
     assert results["ratios"]["small: reader/naive"] == 4.0
     assert results["ratios"]["small: reader/read_ceiling"] == 0.5
+    assert results["ratios"]["small: reader/read_ceiling, whole drains (start included)"] == 0.4
     assert results["ratios"]["small: reader/read_ceiling, both in a Python loop"] == 0.5
     assert results["ratios"]["small: reader/pytorch"] == 4.0  # both consumed in Python
     assert results["ratios"]["beam/plain_writer"] == 0.9
     assert "beam_2_workers/plain_writer" not in results["ratios"]  # quick runs leave it out
     text = bench.markdown(results)
     assert "| small: reader/naive | 4.00 | >= 3.5 |" in text
+    assert "| reader | 1.00 | 250 ms |" in text and "| naive | 0.25 |  |" in text
     assert "| real/synthetic step time | 1.02 | <= 1.05 |" in text
     assert "+5.0% (reader), -10.0% (shard step)" in text
     png = tmp_path / "r.png"
@@ -82,10 +102,14 @@ def test_drains_count_every_example_in_a_graph_and_in_python():
     import tensorflow as tf
 
     features = {"a": tf.range(10), "b": tf.zeros((10, 3))}
-    for ds in (
-        tf.data.Dataset.from_tensor_slices(features).batch(4),
-        tf.data.Dataset.from_tensor_slices((features, tf.range(10))).batch(4),
-        tf.data.Dataset.range(10).batch(3),
+    for ds, first_batch in (
+        (tf.data.Dataset.from_tensor_slices(features).batch(4), 4),
+        (tf.data.Dataset.from_tensor_slices((features, tf.range(10))).batch(4), 4),
+        (tf.data.Dataset.range(10).batch(3), 3),
     ):
-        assert bench._drain(ds) == 10
-        assert bench._drain_in_python(ds) == 10
+        for drain in (bench._drain, bench._drain_in_python):
+            drained = drain(ds)
+            assert drained.items == 10 and drained.steady_items == 10 - first_batch
+            assert drained.steady_seconds > 0
+    empty = tf.data.Dataset.range(0).batch(2)
+    assert bench._drain(empty) == bench.Drained(0, 0, 0.0)
