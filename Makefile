@@ -3,14 +3,25 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile images clean
+.PHONY: demo test test-fast lint bench compile images clean tcmalloc
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	-@$(MAKE) --no-print-directory tcmalloc
 	touch $(STAMP)
+
+# tcmalloc for tf.data (src/tfrecord_suite/train/allocator.py says why): the distribution's
+# package unpacked into the virtual environment, no root needed; skipped where apt is missing
+tcmalloc:
+	@test -e $(TCMALLOC) || { command -v apt-get >/dev/null && dir=$$(mktemp -d) \
+	  && (cd $$dir && { apt-get download -qq libtcmalloc-minimal4 \
+	       || apt-get download -qq libtcmalloc-minimal4t64; } && dpkg -x libtcmalloc-minimal4*.deb root) \
+	  && cp -L "$$(find $$dir/root -name libtcmalloc_minimal.so.4 | head -n 1)" $(TCMALLOC) \
+	  && rm -rf $$dir; } || echo "tcmalloc not installed: tf.data will run with glibc malloc"
 
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket
@@ -28,7 +39,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
-	$(BIN)/tfrecord-suite -v bench $(BENCH_ARGS)
+	LD_PRELOAD="$$(test -e $(TCMALLOC) && realpath $(TCMALLOC))" $(BIN)/tfrecord-suite -v bench $(BENCH_ARGS)
 
 images: $(STAMP)
 	$(BIN)/tfrecord-suite images build $(IMAGES_ARGS)

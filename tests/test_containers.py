@@ -49,3 +49,12 @@ def test_pinned_non_root_labelled(dockerfile):
     for label in ("title", "version", "source", "licenses"):
         assert f"org.opencontainers.image.{label}" in text
     assert not re.search(r"(?i)(api[_-]?key|secret|password|token)\s*=", text)
+
+
+@pytest.mark.parametrize("path", [images.ALL_IMAGES[k][1] for k in ("component", "trainer-gpu")])
+def test_trainer_images_run_tf_data_under_tcmalloc(path):
+    from tfrecord_suite.train.allocator import IMAGE_TCMALLOC
+
+    text = open(os.path.join(ROOT, path)).read()
+    assert f"ENV LD_PRELOAD={IMAGE_TCMALLOC}" in text
+    assert re.search(r"apt-get install [^\n]*libtcmalloc-minimal4", text)

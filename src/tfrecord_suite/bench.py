@@ -42,6 +42,7 @@ from typing import Any
 
 from tfrecord_suite import naming, storage
 from tfrecord_suite.schema import Feature, Schema
+from tfrecord_suite.train.allocator import allocator_advice, loaded_allocator
 
 _LOG = logging.getLogger(__name__)
 MB = 1000 * 1000
@@ -339,8 +340,12 @@ def read_variants(
 ) -> tuple[dict, dict]:
     """The read-side variants over one version's train split (and their warm-ups).
 
-    ``max_batches`` caps every variant at the same number of batches (quick runs: the slow peers
-    would otherwise take most of the time budget).
+    Every tf.data variant repeats its input, as the trainer's does, and is drained for its first
+    batch and then one epoch of batches: buffers that filled before the first batch (the shuffle
+    buffer, prefetch) stay full to the end, so the rate after the first batch is the rate the
+    input sustains in training, not a rate flattered by buffers emptying at the end of the data.
+    ``max_batches`` caps every variant at that many batches after the first (quick runs: the slow
+    peers would otherwise take most of the time budget).
     """
     import tensorflow as tf
 
@@ -359,8 +364,10 @@ def read_variants(
     schema = Schema.from_dict(manifest["schema"])
     spec = parse_spec(schema)
     auto = tf.data.AUTOTUNE
+    epoch_batches = max(1, manifest["splits"]["train"]["records"] // batch_size)
+    batches = 1 + (min(max_batches, epoch_batches) if max_batches else epoch_batches)
 
-    reader_config = ReaderConfig(batch_size=batch_size)
+    reader_config = ReaderConfig(batch_size=batch_size, repeat=True)
     options = dataset_options(reader_config)  # every tf.data peer runs with the reader's options
     block, window = block_and_window(reader_config, estimate_record_bytes(files))
 
@@ -368,30 +375,25 @@ def read_variants(
         records = tf.data.TFRecordDataset(path)
         return records.batch(block) if block > 1 else records
 
-    def read_ceiling(take: int | None = None, drain: Callable[[Any], Drained] = _drain) -> Drained:
-        ds = (
+    def interleaved(read: Callable[[Any], Any]) -> Any:
+        return (
             tf.data.Dataset.from_tensor_slices(files)
-            .interleave(
-                tf.data.TFRecordDataset,
-                cycle_length=len(files),
-                num_parallel_calls=auto,
-                deterministic=False,
-            )
-            .batch(batch_size)
-            .prefetch(auto)
+            .interleave(read, cycle_length=len(files), num_parallel_calls=auto, deterministic=False)
+            .repeat()
         )
-        return drain((ds.take(take) if take else ds).with_options(options))
 
-    def block_read_ceiling(take: int | None = None) -> Drained:
-        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-            read_blocks, cycle_length=len(files), num_parallel_calls=auto, deterministic=False
-        )
+    def read_ceiling(take: int = batches, drain: Callable[[Any], Drained] = _drain) -> Drained:
+        ds = interleaved(tf.data.TFRecordDataset).batch(batch_size).prefetch(auto)
+        return drain(ds.take(take).with_options(options))
+
+    def block_read_ceiling(take: int = batches) -> Drained:
+        ds = interleaved(read_blocks)
         ds = (ds.rebatch(batch_size) if block > 1 else ds.batch(batch_size)).prefetch(auto)
-        return _drain((ds.take(take) if take else ds).with_options(options))
+        return _drain(ds.take(take).with_options(options))
 
     in_memory: list[Any] = []  # loaded on first use: the scaling run measures the reader only
 
-    def parse_ceiling(take: int | None = None) -> Drained:
+    def parse_ceiling(take: int = batches) -> Drained:
         if not in_memory:
             records = tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
             chunk = min(window, int(records.shape[0]))
@@ -399,30 +401,31 @@ def read_variants(
             in_memory.append(tf.reshape(records[:whole], (-1, chunk)))
         ds = (
             tf.data.Dataset.from_tensor_slices(in_memory[0])
+            .repeat()
             .map(
                 lambda b: tf.io.parse_example(b, spec), num_parallel_calls=auto, deterministic=False
             )
             .rebatch(batch_size)
             .prefetch(auto)
         )
-        return _drain((ds.take(take) if take else ds).with_options(options))
+        return _drain(ds.take(take).with_options(options))
 
-    def naive(take: int | None = None) -> Drained:
+    def naive(take: int = batches) -> Drained:
         ds = (
             tf.data.TFRecordDataset(files)
+            .repeat()
             .map(lambda r: tf.io.parse_single_example(r, spec))
             .batch(batch_size)
         )
-        return _drain((ds.take(take) if take else ds).with_options(options))
+        return _drain(ds.take(take).with_options(options))
 
-    def ours(take: int | None = None, drain: Callable[[Any], Drained] = _drain) -> Drained:
-        ds = make_dataset(files, schema, reader_config)
-        return drain(ds.take(take) if take else ds)
+    def ours(take: int = batches, drain: Callable[[Any], Drained] = _drain) -> Drained:
+        return drain(make_dataset(files, schema, reader_config).take(take))
 
     variants = {
         "read_ceiling": read_ceiling,
-        "read_ceiling_python_loop": lambda take=None: read_ceiling(take, _drain_in_python),
-        "reader_python_loop": lambda take=None: ours(take, _drain_in_python),
+        "read_ceiling_python_loop": lambda take=batches: read_ceiling(take, _drain_in_python),
+        "reader_python_loop": lambda take=batches: ours(take, _drain_in_python),
         "block_read_ceiling": block_read_ceiling,
         "parse_ceiling": parse_ceiling,
         "naive": naive,
@@ -433,19 +436,18 @@ def read_variants(
 
         builder = tfds.builder_from_directory(uri)
 
-        def tfds_reader(take: int | None = None) -> Drained:
+        def tfds_reader(take: int = batches) -> Drained:
             ds = builder.as_dataset(split="train", batch_size=batch_size, shuffle_files=False)
-            return _drain(ds.take(take) if take else ds)
+            return _drain(ds.repeat().take(take))
 
         variants["tfds"] = tfds_reader
     except ImportError:
         _LOG.warning("tensorflow-datasets not installed: no TFDS variant")
     torch_reader = _torch_variant(files, schema, batch_size)
     if torch_reader is not None:
-        variants["pytorch"] = torch_reader
+        # one pass over the files in worker processes: it reads at most the epoch it is given
+        variants["pytorch"] = lambda take=batches: torch_reader(take)
     warm = {k: (lambda fn=fn: fn(20)) for k, fn in variants.items()}
-    if max_batches:
-        variants = {k: (lambda fn=fn: fn(max_batches)) for k, fn in variants.items()}
     return variants, warm
 
 
@@ -661,6 +663,9 @@ def _slope(points: list[tuple[int, float]]) -> float:
 def run_bench(config: BenchConfig) -> dict[str, Any]:
     """Run the benchmark; write ``results.json`` and ``results.png`` under ``config.output``."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    advice = allocator_advice()
+    if advice:
+        _LOG.warning("%s: the large-record figures are measured under glibc", advice)
     parts = config.parts()
     runs = config.runs()
     root = storage.normalize(config.output)
@@ -668,7 +673,11 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     started = time.perf_counter()
     results: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
+            f"{loaded_allocator()} malloc"
+        ),
+        "allocator": loaded_allocator(),
         "quick": config.quick,
         "runs": runs,
         "batch_size": config.batch_size,

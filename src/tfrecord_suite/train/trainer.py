@@ -22,6 +22,7 @@ from tfrecord_suite.registry.registry import Registry, load_manifest, shard_uris
 from tfrecord_suite.registry.semver import DatasetRef
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
+from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.reader import AUTOTUNE, FeatureDecoder, ReaderConfig, make_dataset
 
 _LOG = logging.getLogger(__name__)
@@ -236,6 +237,9 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
     _LOG.info(
         "%d replicas, global batch %d, %d steps per epoch", replicas, global_batch, steps_per_epoch
     )
+    advice = allocator_advice()
+    if advice:
+        _LOG.info(advice)
 
     def input_fn(split: str, training: bool) -> Any:
         def fn(ctx: Any) -> Any:
