@@ -13,9 +13,10 @@ medians and ratios measured in the same run (absolute numbers on a shared machin
   version. The tf.data variants run with the reader's ``tf.data.Options`` and are consumed in a
   graph, as a training step consumes its input; the read ceiling and our reader are also consumed
   in a Python loop, which charges a cost per tensor per batch (the PyTorch peer is compared with
-  that one). Throughput is the rate after the first batch, the rate a training job's input
-  sustains; the start (building the pipeline, up to the first batch), which a job pays once, is
-  reported beside it, and so is the rate of whole drains, start included.
+  that one). Each repeats its input, as the trainer's does, and is drained for its first batch
+  and one epoch more; throughput is the rate after the first batch, the rate a training job's
+  input sustains with its buffers full. The start (building the pipeline, up to the first
+  batch), which a job pays once, is reported beside it, and so is the rate of whole drains.
 * Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
   row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
 * Training side: the same compiled training step fed by our reader (real input) and by
@@ -235,7 +236,7 @@ def measure(
 
     A variant returns the items it processed (then its whole call is timed) or a
     :class:`Drained`: its throughput is then the rate after the first batch, and the time to that
-    batch (pipeline built and started) is reported as ``start_s``.
+    batch (pipeline built and started) is reported as ``median_start_s``.
     """
     for name, fn in (warmup or variants).items():
         _LOG.info("warm-up %s", name)
