@@ -308,6 +308,17 @@ def _count_rest(iterator: Any) -> int:
     return int(_COUNTERS[key](iterator))
 
 
+def _timed_after_first_batch(ds: Any, count_rest: Callable[[Any], int]) -> Drained:
+    """Take a dataset's first batch, then time ``count_rest`` over the rest of its iterator."""
+    iterator = iter(ds)
+    first = next(iterator, None)
+    if first is None:
+        return Drained(0, 0, 0.0)
+    started = time.perf_counter()
+    rest = count_rest(iterator)
+    return Drained(int(_first_tensor(first).shape[0]) + rest, rest, time.perf_counter() - started)
+
+
 def _drain(ds: Any) -> Drained:
     """Consume a dataset of batches in a graph, as a training step does; return what it read.
 
@@ -316,24 +327,14 @@ def _drain(ds: Any) -> Drained:
     features pays 11 times what the one-tensor read ceiling pays). :func:`_drain_in_python`
     measures that way too, for comparison.
     """
-    iterator = iter(ds)
-    first = next(iterator, None)
-    if first is None:
-        return Drained(0, 0, 0.0)
-    started = time.perf_counter()
-    rest = _count_rest(iterator)
-    return Drained(int(_first_tensor(first).shape[0]) + rest, rest, time.perf_counter() - started)
+    return _timed_after_first_batch(ds, _count_rest)
 
 
 def _drain_in_python(ds: Any) -> Drained:
     """Consume a dataset of batches in a Python loop (eager tensors); return what it read."""
-    iterator = iter(ds)
-    first = next(iterator, None)
-    if first is None:
-        return Drained(0, 0, 0.0)
-    started = time.perf_counter()
-    rest = sum(int(_first_tensor(batch).shape[0]) for batch in iterator)
-    return Drained(int(_first_tensor(first).shape[0]) + rest, rest, time.perf_counter() - started)
+    return _timed_after_first_batch(
+        ds, lambda iterator: sum(int(_first_tensor(batch).shape[0]) for batch in iterator)
+    )
 
 
 def read_variants(
@@ -664,7 +665,8 @@ def _slope(points: list[tuple[int, float]]) -> float:
 def run_bench(config: BenchConfig) -> dict[str, Any]:
     """Run the benchmark; write ``results.json`` and ``results.png`` under ``config.output``."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    advice = allocator_advice()
+    allocator = loaded_allocator()
+    advice = allocator_advice(allocator)
     if advice:
         _LOG.warning("%s: the large-record figures are measured under glibc", advice)
     parts = config.parts()
@@ -676,9 +678,9 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": (
             f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
-            f"{loaded_allocator()} malloc"
+            f"{allocator} malloc"
         ),
-        "allocator": loaded_allocator(),
+        "allocator": allocator,
         "quick": config.quick,
         "runs": runs,
         "batch_size": config.batch_size,

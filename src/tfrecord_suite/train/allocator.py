@@ -54,10 +54,14 @@ def find_tcmalloc(extra_dirs: tuple[str, ...] = ()) -> str | None:
     return next((path for path in candidates if os.path.exists(path)), None)
 
 
-def allocator_advice() -> str | None:
-    """A line for the log when tf.data would run faster under another allocator, else None."""
-    allocator = loaded_allocator()
-    if allocator != "glibc":
+def allocator_advice(allocator: str | None = None) -> str | None:
+    """A line for the log when tf.data would run faster under another allocator, else None.
+
+    Args:
+        allocator: What :func:`loaded_allocator` returned, if the caller has it already.
+
+    """
+    if (allocator or loaded_allocator()) != "glibc":
         return None
     found = find_tcmalloc()
     how = f"LD_PRELOAD={found}" if found else "install libtcmalloc-minimal4, then LD_PRELOAD it"
