@@ -6,7 +6,7 @@ glibc's ``malloc`` hands memory back to the kernel between batches and faults it
 the faults disappear and the reader ran about 1.7x faster on 100 KB records (0.6 -> 0.85 of the
 read-only ceiling, ``tfrecord-suite bench`` on 2 cores; small records gain less). The allocator
 must be chosen when the process starts (``LD_PRELOAD``), so the suite's images set it and
-``make bench`` uses it when it can fetch it; the trainer logs which one it runs with.
+``make bench`` uses it when it can fetch it; a trainer under glibc logs how to switch.
 """
 
 from __future__ import annotations
