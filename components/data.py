@@ -1,28 +1,28 @@
 """Kubeflow components of the data side: fingerprint, shard, version.
 
-Lightweight Python components whose base image is ours: each body imports one function of the
-package and calls it, so ``kfp.local`` runs them in a subprocess and Kubeflow in our image.
+Lightweight Python component functions: each body imports one function of the package and calls
+it. :func:`tfrecord_suite.components.build_components` turns them into kfp components on the
+image set being compiled for, so ``kfp.local`` runs them in a subprocess or a container and
+Kubeflow in the user's images.
 """
 
 from typing import NamedTuple
 
-from kfp import dsl
 from kfp.dsl import Dataset, Input, Markdown, Output
 
-from tfrecord_suite.images import COMPONENT_IMAGE
 
-
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def fingerprint_op(input_uri: str) -> str:
-    """Digest over the names, sizes and generations of every input file (never cached)."""
+    """Digest over the names, sizes and contents of every input file (never cached)."""
     from tfrecord_suite.tasks import fingerprint_task
 
     return fingerprint_task(input_uri)
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def shard_op(
     input_uri: str,
+    registry_root: str,
+    dataset_name: str,
+    run_id: str,
     fingerprint: str,
     input_format: str,
     label: str,
@@ -38,11 +38,14 @@ def shard_op(
     staged: Output[Dataset],
     summary: Output[Markdown],
 ):
-    """Shard raw data into TFRecords with Apache Beam (any runner)."""
+    """Shard raw data into TFRecords with Apache Beam (any runner), staged under the registry."""
     from tfrecord_suite.tasks import shard_task
 
     shard_task(
         input_uri=input_uri,
+        registry_root=registry_root,
+        dataset_name=dataset_name,
+        run_id=run_id,
         fingerprint=fingerprint,
         input_format=input_format,
         label=label,
@@ -60,7 +63,6 @@ def shard_op(
     )
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def version_op(
     staged: Input[Dataset],
     registry_root: str,

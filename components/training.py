@@ -1,12 +1,11 @@
-"""Kubeflow components of the model side: train and report (logic in ``tfrecord_suite.tasks``)."""
+"""Kubeflow components of the model side: train and report (logic in ``tfrecord_suite.tasks``).
 
-from kfp import dsl
+Component functions only; :func:`tfrecord_suite.components.build_components` gives them images.
+"""
+
 from kfp.dsl import ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
 
-from tfrecord_suite.images import COMPONENT_IMAGE
 
-
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def train_op(
     dataset_ref: str,
     dataset_digest: str,
@@ -21,6 +20,7 @@ def train_op(
     placement: str,
     run_id: str,
     keep_failed_tfjob: bool,
+    trainer_image: str,
     model: Output[Model],
     metrics: Output[Metrics],
     classification_metrics: Output[ClassificationMetrics],
@@ -50,10 +50,10 @@ def train_op(
         placement=placement,
         run_id=run_id,
         keep_failed_tfjob=keep_failed_tfjob,
+        trainer_image=trainer_image,
     )
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def report_op(
     dataset: Input[Dataset],
     model: Input[Model],
@@ -75,7 +75,6 @@ def report_op(
     )
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def evaluate_op(
     dataset: Input[Dataset],
     model: Input[Model],
@@ -101,7 +100,6 @@ def evaluate_op(
     )
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def register_op(
     dataset: Input[Dataset],
     model: Input[Model],
@@ -125,7 +123,6 @@ def register_op(
     )
 
 
-@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
 def promote_op(
     registered: Input[Model],
     evaluation: Input[Metrics],

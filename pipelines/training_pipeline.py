@@ -6,22 +6,24 @@ YAML for the Kubeflow UI; both use this function unchanged.
 
 from kfp import dsl
 
-from tfrecord_suite.components.data import fingerprint_op, shard_op, version_op
-from tfrecord_suite.components.training import (
-    evaluate_op,
-    promote_op,
-    register_op,
-    report_op,
-    train_op,
-)
-from tfrecord_suite.pipelines.placement import Placement
+from tfrecord_suite.components import build_components
+from tfrecord_suite.pipelines.placement import Deployment, Placement
 
 PIPELINE_NAME = "tfrecord-suite"
 
 
-def build_pipeline(placement: Placement | None = None):
-    """The pipeline with the train step placed as ``placement`` says (default: CPU)."""
+def build_pipeline(placement: Placement | None = None, deployment: Deployment | None = None):
+    """The pipeline with the train step placed as ``placement`` says (default: CPU).
+
+    ``deployment`` names the images (registry and tag) and each step's CPU and memory requests.
+    The train step's pod runs the image its hardware needs: the GPU build on GPUs, the TPU build
+    on TPUs, the CPU image otherwise (or when it only launches a TFJob, whose replicas then get
+    the accelerator image).
+    """
     placement = placement or Placement()
+    deployment = deployment or Deployment()
+    images = deployment.images
+    ops = build_components(images, train_image=placement.step_image(images))
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
@@ -92,10 +94,14 @@ def build_pipeline(placement: Placement | None = None):
             promote_tolerance: How much worse than the baseline still promotes.
 
         """
-        fingerprint = fingerprint_op(input_uri=input_uri).set_display_name("Fingerprint input")
+        fingerprint = ops.fingerprint(input_uri=input_uri).set_display_name("Fingerprint input")
         fingerprint.set_caching_options(False)
-        shard = shard_op(
+        deployment.apply("fingerprint", fingerprint, placement)
+        shard = ops.shard(
             input_uri=input_uri,
+            registry_root=registry_root,
+            dataset_name=dataset_name,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             fingerprint=fingerprint.output,
             input_format=input_format,
             label=label,
@@ -110,7 +116,8 @@ def build_pipeline(placement: Placement | None = None):
             beam_args=beam_args,
         ).set_display_name("Shard to TFRecords (Beam)")
         shard.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2)
-        version = version_op(
+        deployment.apply("shard", shard, placement)
+        version = ops.version(
             staged=shard.outputs["staged"],
             registry_root=registry_root,
             dataset_name=dataset_name,
@@ -120,8 +127,9 @@ def build_pipeline(placement: Placement | None = None):
         # publishing is idempotent, but a cached result could name a version gc'ed since: always run
         version.set_caching_options(False)
         version.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
+        deployment.apply("version", version, placement)
         # parameters, not the artifact: the cache key is then the exact version and its digest
-        train = train_op(
+        train = ops.train(
             dataset_ref=version.outputs["ref"],
             dataset_digest=version.outputs["digest"],
             strategy=strategy,
@@ -135,9 +143,11 @@ def build_pipeline(placement: Placement | None = None):
             placement=placement.to_json(),
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             keep_failed_tfjob=keep_failed_tfjob,
+            trainer_image=placement.trainer_image(images),
         ).set_display_name("Train (tf.distribute)")
+        deployment.apply("train", train, placement)
         placement.apply(train)
-        evaluate = evaluate_op(
+        evaluate = ops.evaluate(
             dataset=version.outputs["dataset"],
             model=train.outputs["model"],
             model_registry=model_registry,
@@ -146,7 +156,8 @@ def build_pipeline(placement: Placement | None = None):
             tolerance=promote_tolerance,
         ).set_display_name("Evaluate against the stable model")
         evaluate.set_retry(num_retries=2, backoff_duration="10s", backoff_factor=2)
-        register = register_op(
+        deployment.apply("evaluate", evaluate, placement)
+        register = ops.register(
             dataset=version.outputs["dataset"],
             model=train.outputs["model"],
             evaluation=evaluate.outputs["evaluation"],
@@ -156,8 +167,9 @@ def build_pipeline(placement: Placement | None = None):
         ).set_display_name("Register model")
         register.set_caching_options(False)  # a cached result would skip registering this run
         register.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
+        deployment.apply("register", register, placement)
         with dsl.If(evaluate.outputs["Output"] == "promote", name="gate-at-least-as-good"):
-            promote = promote_op(
+            promote = ops.promote(
                 registered=register.outputs["registered"],
                 evaluation=evaluate.outputs["evaluation"],
                 model_registry=model_registry,
@@ -165,13 +177,15 @@ def build_pipeline(placement: Placement | None = None):
                 alias=promote_alias,
             ).set_display_name("Promote model")
             promote.set_caching_options(False)
-        report = report_op(
+            deployment.apply("promote", promote, placement)
+        report = ops.report(
             dataset=version.outputs["dataset"],
             model=train.outputs["model"],
             metrics=train.outputs["metrics"],
             evaluation=evaluate.outputs["evaluation"],
             registered=register.outputs["registered"],
         ).set_display_name("Report")
+        deployment.apply("report", report, placement)
         return report.outputs["Output"]
 
     return tfrecord_suite_pipeline

@@ -1,28 +1,116 @@
-"""Container image names: the one place the components, Dockerfiles' build command and docs use.
+"""Container image names: the one place the components, TFJob replicas, builds and docs use.
 
-Images are tagged with the package version, so a compiled pipeline always names the images built
-from the same code.
+Images are tagged with the package version by default, so a compiled pipeline names the images
+built from the same code. ``--image-registry`` and ``--image-tag`` (on ``compile``, ``submit`` and
+``images build``) give an :class:`ImageSet` for the registry a user pushed their own builds to.
 """
 
+from __future__ import annotations
+
+import dataclasses
+import re
+
 from tfrecord_suite import __version__
+from tfrecord_suite.errors import UserError
 
-REGISTRY = "ghcr.io/tfrecord-suite"
-TAG = __version__
+DEFAULT_REGISTRY = "ghcr.io/tfrecord-suite"
+DEFAULT_TAG = __version__
 
-#: CPU image: kfp components, the Beam launcher (DirectRunner/Dataflow), publishing, evaluation.
-COMPONENT_IMAGE = f"{REGISTRY}/tfrecord-suite:{TAG}"
-#: GPU trainer image, from the matching ``tensorflow/tensorflow:<version>-gpu`` base.
-TRAINER_GPU_IMAGE = f"{REGISTRY}/tfrecord-suite-gpu:{TAG}"
-#: Beam SDK worker image for Dataflow custom containers (``--sdk_container_image``).
-BEAM_WORKER_IMAGE = f"{REGISTRY}/tfrecord-suite-beam-worker:{TAG}"
+#: The environment variable that tells a step which image it runs in (set in the compiled
+#: pipeline, read by the steps so the manifests they write name the image that produced them).
+IMAGE_ENV = "TFRECORD_SUITE_IMAGE"
 
-ALL_IMAGES = {
-    "component": (COMPONENT_IMAGE, "containers/Dockerfile"),
-    "trainer-gpu": (TRAINER_GPU_IMAGE, "containers/Dockerfile.gpu"),
-    "beam-worker": (BEAM_WORKER_IMAGE, "containers/Dockerfile.beam-worker"),
+GPU_RESOURCE = "nvidia.com/gpu"
+TPU_RESOURCE = "google.com/tpu"
+
+# The reference grammar of the OCI distribution spec (github.com/distribution/reference): a
+# registry host (with an optional port) then lower-case path components; a tag of at most 128
+# word characters, dots and dashes, not starting with a dot or a dash.
+_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY_RE = re.compile(rf"^(?:{_HOST}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+_TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
+
+#: image key -> (repository name under the registry, Dockerfile relative to the repository root)
+IMAGE_FILES = {
+    "component": ("tfrecord-suite", "containers/Dockerfile"),
+    "trainer-gpu": ("tfrecord-suite-gpu", "containers/Dockerfile.gpu"),
+    "trainer-tpu": ("tfrecord-suite-tpu", "containers/Dockerfile.tpu"),
+    "beam-worker": ("tfrecord-suite-beam-worker", "containers/Dockerfile.beam-worker"),
 }
 
 
+class ImageReferenceError(UserError):
+    """A registry or tag that cannot form a valid image reference."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSet:
+    """Where the suite's images come from.
+
+    Attributes:
+        registry: Registry and path the images live under, e.g. ``europe-docker.pkg.dev/p/repo``
+            or ``localhost:5000/team``.
+        tag: The tag every image carries.
+
+    """
+
+    registry: str = DEFAULT_REGISTRY
+    tag: str = DEFAULT_TAG
+
+    def __post_init__(self) -> None:
+        registry = self.registry.rstrip("/")
+        object.__setattr__(self, "registry", registry)
+        if not _REGISTRY_RE.match(registry):
+            raise ImageReferenceError(
+                f"--image-registry {self.registry!r} is not a valid image registry: write "
+                "host[:port]/path in lower case, e.g. europe-docker.pkg.dev/my-project/ml"
+            )
+        if not _TAG_RE.match(self.tag):
+            raise ImageReferenceError(
+                f"--image-tag {self.tag!r} is not a valid image tag: up to 128 letters, digits, "
+                "'_', '.' and '-', not starting with '.' or '-'"
+            )
+
+    def image(self, key: str) -> str:
+        """The full reference of the image ``key`` (a key of :data:`IMAGE_FILES`)."""
+        return f"{self.registry}/{IMAGE_FILES[key][0]}:{self.tag}"
+
+    @property
+    def component(self) -> str:
+        """CPU image: every kfp component, the Beam launcher, publishing, CPU training."""
+        return self.image("component")
+
+    @property
+    def beam_worker(self) -> str:
+        """Beam SDK worker image for Dataflow custom containers (``--sdk_container_image``)."""
+        return self.image("beam-worker")
+
+    def trainer(self, accelerator_resource: str = "") -> str:
+        """The image the trainer runs in for an accelerator resource name.
+
+        GPUs get the CUDA build of TensorFlow, TPUs the build with TensorFlow's TPU runtime,
+        everything else the CPU component image.
+        """
+        if accelerator_resource == GPU_RESOURCE:
+            return self.image("trainer-gpu")
+        if accelerator_resource == TPU_RESOURCE:
+            return self.image("trainer-tpu")
+        return self.component
+
+    def table(self) -> dict[str, tuple[str, str]]:
+        """``key -> (image reference, Dockerfile)`` for every image."""
+        return {key: (self.image(key), path) for key, (_, path) in IMAGE_FILES.items()}
+
+
+DEFAULT_IMAGES = ImageSet()
+TAG = DEFAULT_TAG
+#: CPU image of the default set (what components are compiled with unless told otherwise).
+COMPONENT_IMAGE = DEFAULT_IMAGES.component
+BEAM_WORKER_IMAGE = DEFAULT_IMAGES.beam_worker
+ALL_IMAGES = DEFAULT_IMAGES.table()
+
+
 def trainer_image(accelerator_resource: str = "") -> str:
-    """The image the trainer runs in: the GPU build on GPU nodes, the component image elsewhere."""
-    return TRAINER_GPU_IMAGE if accelerator_resource == "nvidia.com/gpu" else COMPONENT_IMAGE
+    """The default set's trainer image for an accelerator resource name."""
+    return DEFAULT_IMAGES.trainer(accelerator_resource)

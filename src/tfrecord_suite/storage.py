@@ -21,6 +21,7 @@ import dataclasses
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -72,10 +73,40 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts)
 
 
+class UnsupportedStorage(StorageError, ValueError):
+    """A URI whose scheme this storage layer cannot reach (it reaches folders and gs://)."""
+
+
+_SCHEME_RE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def check_reachable(uri: str, what: str = "path") -> str:
+    """Return ``uri`` if this storage layer can reach it (a folder, ``file://`` or ``gs://``).
+
+    Raises:
+        UnsupportedStorage: Any other scheme (``s3://``, ``minio://``...), naming it.
+
+    """
+    m = _SCHEME_RE.match(uri)
+    if m and m[1].lower() not in ("gs", "file"):
+        raise UnsupportedStorage(
+            f"{what} {uri}: {m[1]}:// is not a storage this suite reads or writes (it reaches "
+            "local folders and gs://); put the data and registries on GCS or a mounted folder"
+        )
+    return uri
+
+
 def normalize(uri: str) -> str:
-    """Return an absolute local path, or the GCS URI without a trailing slash."""
+    """Return an absolute local path, or the GCS URI without a trailing slash.
+
+    Raises:
+        UnsupportedStorage: ``uri`` has a scheme other than ``gs://`` or ``file://``, which
+            would otherwise become a bogus local path.
+
+    """
     if is_gcs(uri):
         return uri.rstrip("/") if uri.count("/") > 2 else uri
+    check_reachable(uri)
     if uri.startswith("file://"):
         uri = uri[len("file://") :]
     return os.path.abspath(os.path.expanduser(uri))

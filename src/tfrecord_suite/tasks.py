@@ -4,19 +4,30 @@ The kfp wrappers in ``components/`` hold no logic: each body imports one functio
 calls it. These functions never import kfp; an "artifact" is anything with ``uri``, ``path`` and a
 ``metadata`` dict (kfp's artifact classes, or a stand-in in tests), and metric artifacts also need
 ``log_metric`` / ``log_confusion_matrix``.
+
+Where outputs go. Everything Kubeflow keeps (summaries, reports, the dataset's manifest, the
+exported model and its checkpoints) is written to ``artifact.path``: the KFP launcher maps the
+artifact's URI (``gs://``, ``minio://``, ``s3://``) to that local path and uploads it to whatever
+pipeline root the cluster has. Big data (staged shards, dataset versions, registered models) lives
+under ``registry_root`` and the artifact's metadata says where. Artifact URIs are never changed:
+the launcher honours a changed URI only inside the pipeline root's own bucket and prefix (it
+derives the upload key from the URI and fails the task otherwise).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from tfrecord_suite import images, storage
+from tfrecord_suite.errors import UserError
 
 _LOG = logging.getLogger(__name__)
+EXPORT_SUBDIR = "export"
 
 
 def _setup_logging() -> None:
@@ -25,6 +36,11 @@ def _setup_logging() -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def running_image() -> str:
+    """The image this step runs in, as compiled into its container's environment."""
+    return os.environ.get(images.IMAGE_ENV) or images.COMPONENT_IMAGE
 
 
 def _write_markdown(artifact: Any, text: str) -> None:
@@ -39,9 +55,32 @@ def fingerprint_task(input_uri: str) -> str:
     return input_fingerprint(sources.resolve_inputs(input_uri))["digest"]
 
 
+def staging_uri(registry_root: str, dataset_name: str, run_key: str) -> str:
+    """Where a pipeline run stages its shards before publishing: under the registry's root.
+
+    Keyed on the run, so a retried shard step rewrites its own staging folder.
+    """
+    from tfrecord_suite.registry.semver import check_name
+
+    return storage.join(
+        storage.normalize(registry_root), "_staging", check_name(dataset_name), run_key
+    )
+
+
+def _run_key(run_id: str, fallback: str) -> str:
+    """A folder-safe key for this pipeline run (the fallback when there is no run id)."""
+    import re
+
+    key = re.sub(r"[^a-zA-Z0-9_.-]+", "-", run_id or "").strip("-.")
+    return key or fallback
+
+
 def shard_task(
     *,
     input_uri: str,
+    registry_root: str,
+    dataset_name: str,
+    run_id: str,
     fingerprint: str,
     input_format: str,
     label: str,
@@ -57,8 +96,11 @@ def shard_task(
     staged: Any,
     summary: Any,
 ) -> None:
-    """Shard ``input_uri`` into ``staged.uri``; fill the artifact metadata and Markdown summary.
+    """Shard ``input_uri`` into a staging folder under ``registry_root``; describe it.
 
+    The shards go to :func:`staging_uri` (on the same storage as the registry, so publishing
+    never crosses stores); ``staged`` records where in its metadata (``staged_uri``) and holds
+    the step's ``summary.json`` and ``schema.json`` at its local path, which Kubeflow keeps.
     ``fingerprint`` (from :func:`fingerprint_task`) makes Kubeflow's cache key follow the input
     data; the step re-checks it so data that changed in between is caught, not sharded silently.
     """
@@ -69,10 +111,11 @@ def shard_task(
         raise ShardError(
             f"input {input_uri} changed since it was fingerprinted; rerun the pipeline"
         )
+    target = staging_uri(registry_root, dataset_name, _run_key(run_id, fingerprint[:16] or "run"))
     result = run_shard(
         ShardConfig(
             input=input_uri,
-            output=staged.uri,
+            output=target,
             format=input_format,
             label=label or None,
             key_column=key_column or None,
@@ -87,8 +130,11 @@ def shard_task(
             beam_args=list(beam_args),
         )
     )
+    for name in ("summary.json", "schema.json"):
+        storage.copy(storage.join(target, name), storage.join(staged.path, name))
     staged.metadata.update(
         {
+            "staged_uri": target,
             "records": result["records"],
             "bad_rows": result["bad_rows"],
             "format": result["format"],
@@ -109,7 +155,10 @@ def version_task(
     dataset: Any,
     card: Any,
 ) -> tuple[str, str]:
-    """Publish the staged shards; point ``dataset`` at the version folder and describe it.
+    """Publish the staged shards; describe the version in ``dataset``.
+
+    The version's folder is in ``dataset.metadata["version_uri"]``; a copy of its manifest and
+    card goes to ``dataset.path`` for Kubeflow to keep.
 
     Returns:
         The exact version reference (``<root>/<name>@<MAJOR.MINOR.PATCH>``) and content digest.
@@ -121,13 +170,12 @@ def version_task(
     _setup_logging()
     registry = Registry(registry_root)
     result = registry.publish(
-        staged.uri,
+        staged.metadata.get("staged_uri") or staged.uri,
         dataset_name,
         bump,
-        producer={"image": images.COMPONENT_IMAGE, "pipeline_run_id": run_id or None},
+        producer={"image": running_image(), "pipeline_run_id": run_id or None},
     )
     m = result.manifest
-    dataset.uri = result.uri
     dataset.metadata.update(
         {
             "name": dataset_name,
@@ -142,7 +190,10 @@ def version_task(
         }
     )
     parent = registry.manifest(dataset_name, m["parent"]) if m["parent"] else None
-    _write_markdown(card, dataset_card(m, parent))
+    card_text = dataset_card(m, parent)
+    _write_markdown(card, card_text)
+    storage.write_text(storage.join(dataset.path, "manifest.json"), json.dumps(m, indent=2))
+    storage.write_text(storage.join(dataset.path, "card.md"), card_text)
     return dataset.metadata["ref"], m["content_digest"]
 
 
@@ -165,23 +216,26 @@ def train_task(
     run_id: str = "",
     keep_failed_tfjob: bool = False,
     feature_config: str = "",
+    trainer_image: str = "",
 ) -> None:
     """Train on the version ``dataset_ref`` names; fill the model, metrics and report artifacts.
 
     ``dataset_digest`` is the version's content digest: the kfp cache key of the step, and
     checked against the manifest here, so a cached model always belongs to the same data.
 
-    ``workers == 1`` trains in this process (all of its GPUs through MirroredStrategy);
-    ``workers > 1``, or a placement with ``tfjob``, launches a TFJob whose chief writes into the
-    same ``model.uri``, placed as ``placement`` (JSON of
-    :class:`~tfrecord_suite.pipelines.placement.Placement`) says.
+    ``workers == 1`` trains in this process (all of its GPUs through MirroredStrategy) into
+    ``model.path``. ``workers > 1``, or a placement with ``tfjob``, launches a TFJob on
+    ``trainer_image``, placed as ``placement`` (JSON of
+    :class:`~tfrecord_suite.pipelines.placement.Placement`) says; its chief writes into a folder
+    of the run under the dataset registry (the replicas cannot reach this pod's disk), and the
+    export, metrics and report are then copied into ``model.path``.
     """
-    from tfrecord_suite.train.trainer import METRICS_FILE, TrainConfig, run_train
+    from tfrecord_suite.train.trainer import TrainConfig, TrainError, resolve_dataset
 
     _setup_logging()
+    if workers < 1:
+        raise UserError(f"workers must be at least 1, got {workers}")
     if dataset_digest:
-        from tfrecord_suite.train.trainer import TrainError, resolve_dataset
-
         manifest, _ = resolve_dataset(dataset_ref)
         if manifest["content_digest"] != dataset_digest:
             raise TrainError(
@@ -191,7 +245,7 @@ def train_task(
             )
     config = TrainConfig(
         dataset=dataset_ref,
-        model_dir=model.uri,
+        model_dir=model.path,
         strategy=strategy,
         cpu_devices=cpu_devices,
         epochs=epochs,
@@ -200,60 +254,67 @@ def train_task(
         model_fn=model_fn or None,
         feature_config=feature_config,
     )
-    from tfrecord_suite.pipelines.placement import Placement
-
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    where = Placement.from_json(placement)
+    where = _placement(placement)
     if workers == 1 and not where.tfjob:
+        from tfrecord_suite.train.trainer import run_train
+
         result = run_train(config)
     else:
-        from tfrecord_suite import cliutil
-        from tfrecord_suite.train.tfjob import TFJobConfig, TFJobLauncher, job_name
-
-        config.validate()
-        if config.strategy == "auto" and workers > 1:
-            config.strategy = "multi_worker"
-        TFJobLauncher().run(
-            TFJobConfig(
-                name=job_name(run_id or model.uri),
-                image=images.trainer_image(where.accelerator_resource),
-                trainer_args=cliutil.to_args(config),
-                workers=workers,
-                placement=where,
-                run_id=run_id,
-                keep_on_failure=keep_failed_tfjob,
-            )
+        result = _train_in_tfjob(
+            config, workers, where, run_id or model.uri, trainer_image, keep_failed_tfjob
         )
-        result = json.loads(storage.read_text(storage.join(model.uri, METRICS_FILE)))
+        _copy_model_outputs(result["model_dir"], model.path)
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
 
 
-def _fill_train_artifacts(
-    result: dict[str, Any], model: Any, metrics: Any, classification_metrics: Any, report: Any
-) -> None:
-    model.metadata.update(
-        {
-            "dataset": result["dataset"],
-            "dataset_digest": result["dataset_digest"],
-            "export_dir": result["export_dir"],
-            "framework": "tensorflow",
-            "strategy": result["strategy"],
-            "replicas": result.get("replicas"),
-        }
-    )
-    for split, values in result["evaluation"].items():
-        for name, value in values.items():
-            metrics.log_metric(f"{split}_{name}", round(float(value), 6))
-    metrics.log_metric("examples_per_second", round(result["examples_per_second"], 1))
-    if result.get("input"):
-        metrics.log_metric("input_wait_share", round(result["input"]["input_wait_share"], 4))
-    check = result.get("serving_check")
-    if check:
-        classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
-    from tfrecord_suite.train.report import REPORT_MD
+def _placement(text: str) -> Any:
+    from tfrecord_suite.pipelines.placement import Placement
 
-    _write_markdown(report, storage.read_text(storage.join(result["model_dir"], REPORT_MD)))
+    return Placement.from_json(text)
+
+
+def _train_in_tfjob(
+    config: Any, workers: int, where: Any, run_key: str, trainer_image: str, keep_failed: bool
+) -> dict[str, Any]:
+    """Train in a TFJob whose chief writes under the dataset registry; return its metrics."""
+    import dataclasses
+
+    from tfrecord_suite import cliutil
+    from tfrecord_suite.registry.semver import DatasetRef
+    from tfrecord_suite.train.tfjob import TFJobConfig, TFJobLauncher, job_name
+    from tfrecord_suite.train.trainer import METRICS_FILE
+
+    name = job_name(run_key)
+    shared = storage.join(DatasetRef.parse(config.dataset).root, "_runs", name, "model")
+    config = dataclasses.replace(config, model_dir=shared)
+    config.validate()
+    if config.strategy == "auto" and workers > 1:
+        config.strategy = "multi_worker"
+    TFJobLauncher().run(
+        TFJobConfig(
+            name=name,
+            image=trainer_image or images.trainer_image(where.accelerator_resource),
+            trainer_args=cliutil.to_args(config),
+            workers=workers,
+            placement=where,
+            run_id=run_key,
+            keep_on_failure=keep_failed,
+        )
+    )
+    return json.loads(storage.read_text(storage.join(shared, METRICS_FILE)))
+
+
+#: What Kubeflow keeps of a TFJob's model folder: the SavedModel, metrics and reports (the
+#: checkpoints and backups stay beside the run under the registry).
+_MODEL_OUTPUTS = ("export", "metrics.json", "report.md", "report.html", "transforms.json",
+                  "feature_config.yaml")  # fmt: skip
+
+
+def _copy_model_outputs(src: str, dst: str) -> None:
+    for info in storage.list_files(src):
+        rel = storage.relative_to(info.uri, src)
+        if rel.split("/")[0] in _MODEL_OUTPUTS:
+            storage.copy(info.uri, os.path.join(dst, rel))
 
 
 def report_task(
@@ -271,17 +332,18 @@ def report_task(
     lines = [
         "# tfrecord-suite run",
         "",
-        f"- Dataset version: `{dataset.metadata.get('ref')}` at `{dataset.uri}` "
+        f"- Dataset version: `{dataset.metadata.get('ref')}` at "
+        f"`{dataset.metadata.get('version_uri')}` "
         f"({dataset.metadata.get('records')} records, digest "
         f"`{str(dataset.metadata.get('digest', ''))[:16]}`)",
         f"- Model (SavedModel, serving_default takes serialized tf.Example): "
-        f"`{model.metadata.get('export_dir', model.uri)}`",
+        f"`{storage.join(model.uri, model.metadata.get('export_subdir') or EXPORT_SUBDIR)}`",
         f"- Metrics: `{storage.join(model.uri, 'metrics.json')}`",
     ]
     if reg:
         lines.append(
             f"- Registered model: `{reg.get('model')}` v{int(reg.get('version') or 0)} "
-            f"at `{registered.uri}`"
+            f"at `{reg.get('registered_uri')}`"
         )
     if gate:
         lines.append(f"- Gate: **{gate.get('decision')}** ({gate.get('reason')})")
@@ -296,13 +358,15 @@ def report_task(
     return json.dumps(
         {
             "dataset_ref": dataset.metadata.get("ref"),
-            "dataset_uri": dataset.uri,
+            "dataset_uri": dataset.metadata.get("version_uri"),
             "model_uri": model.uri,
-            "export_dir": model.metadata.get("export_dir"),
+            "export_dir": storage.join(
+                model.uri, model.metadata.get("export_subdir") or EXPORT_SUBDIR
+            ),
             "metrics_file": storage.join(model.uri, "metrics.json"),
             "metrics": dict(metrics.metadata),
             "registered_model": int(reg["version"]) if reg.get("version") is not None else None,
-            "registered_model_uri": registered.uri if registered is not None else None,
+            "registered_model_uri": reg.get("registered_uri"),
             "gate": gate.get("decision"),
             "gate_reason": gate.get("reason"),
         }
@@ -347,7 +411,7 @@ def evaluate_task(
     result = run_gate(
         GateConfig(
             dataset=dataset.metadata.get("ref") or dataset.uri,
-            export_dir=model.metadata.get("export_dir") or storage.join(model.uri, "export"),
+            export_dir=export_dir(model),
             model_registry=model_registry,
             model_name=model_name,
             baseline_alias=baseline_alias,
@@ -386,24 +450,23 @@ def register_task(
 
     _setup_logging()
     model_registry, model_name = _model_target(dataset, model_registry, model_name)
-    export_dir = model.metadata.get("export_dir") or storage.join(model.uri, "export")
-    model_uri = storage.normalize(model.uri)
     result = ModelRegistry(model_registry).register(
         model_name,
-        model_uri,
-        storage.relative_to(storage.normalize(export_dir), model_uri),
+        storage.normalize(model.path),
+        model.metadata.get("export_subdir") or EXPORT_SUBDIR,
         lineage={
             "dataset": dataset.metadata.get("ref"),
-            "dataset_uri": dataset.uri,
+            "dataset_uri": dataset.metadata.get("version_uri"),
+            "model_artifact_uri": model.uri,
             "dataset_digest": dataset.metadata.get("digest"),
             "evaluation": dict(evaluation.metadata),
             "pipeline_run_id": run_id or None,
-            "image": images.COMPONENT_IMAGE,
+            "image": running_image(),
         },
     )
-    registered.uri = result.uri
     registered.metadata.update(
         {
+            "registered_uri": result.uri,
             "model": model_name,
             "model_registry": model_registry,
             "version": result.version,

@@ -184,6 +184,10 @@ class ModelRegistry:
             export_subdir: The SavedModel's folder, relative to ``model_dir``.
             lineage: Dataset ref and digest, evaluation, pipeline run... stored in the manifest.
 
+        A retry of the same pipeline run is idempotent: when a version already holds the same
+        files registered by the same ``lineage["pipeline_run_id"]``, that version is returned
+        instead of a new number.
+
         Raises:
             ModelRegistryError: ``model_dir`` holds no SavedModel, or registration kept losing.
 
@@ -202,19 +206,31 @@ class ModelRegistry:
             raise ModelRegistryError(
                 f"{model_dir} holds no SavedModel at {export_subdir}/saved_model.pb"
             )
+        ordered = sorted(zip(files, rel, strict=True), key=lambda p: p[1])
+        digests = {r: storage.sha256(f.uri) for f, r in ordered}
+        content_digest = _content_digest(digests)
+        run_id = lineage.get("pipeline_run_id")
+        if run_id:
+            earlier = self._registered_by(name, run_id, content_digest)
+            if earlier is not None:
+                _LOG.info(
+                    "model %s v%d already holds this run's model (%s): a retry, not registered "
+                    "again", name, earlier.version, run_id,
+                )
+                return earlier
         for _ in range(_ATTEMPTS):
             existing = self.versions(name)
             version = (existing[-1] if existing else 0) + 1
             vdir = self.version_dir(name, version)
             attempt = f"data-{uuid.uuid4().hex[:12]}"
             entries = []
-            content = hashlib.sha256()
-            for f, r in sorted(zip(files, rel, strict=True), key=lambda p: p[1]):
+            for f, r in ordered:
                 dst = storage.join(vdir, attempt, r)
                 storage.copy(f.uri, dst)
                 digest = storage.sha256(dst)
+                if digest != digests[r]:
+                    raise ModelRegistryError(f"{f.uri} changed while it was being registered")
                 entries.append({"path": r, "bytes": storage.stat(dst).size, "sha256": digest})
-                content.update(f"{r}\0{digest}\n".encode())
             manifest = {
                 "format": 1,
                 "model": name,
@@ -223,7 +239,7 @@ class ModelRegistry:
                 "files_dir": attempt,
                 "export_dir": f"{attempt}/{export_subdir}",
                 "files": entries,
-                "content_digest": content.hexdigest(),
+                "content_digest": content_digest,
                 "lineage": lineage,
                 "producer": {"package": f"tfrecord-suite {__version__}"},
             }
@@ -234,6 +250,19 @@ class ModelRegistry:
             _LOG.info("lost the race for model %s v%d; retrying", name, version)
             storage.delete_tree(storage.join(vdir, attempt))
         raise ModelRegistryError(f"could not register model {name} after {_ATTEMPTS} attempts")
+
+    def _registered_by(
+        self, name: str, run_id: str, content_digest: str
+    ) -> RegisteredModel | None:
+        """The version a pipeline run already registered with this content, if any."""
+        for version in reversed(self.versions(name)):
+            model = self.get(name, version)
+            if (
+                model.manifest.get("lineage", {}).get("pipeline_run_id") == run_id
+                and model.manifest.get("content_digest") == content_digest
+            ):
+                return model
+        return None
 
     def verify(self, name: str, version: int) -> RegisteredModel:
         """Check every file of a version against its manifest.
@@ -253,6 +282,14 @@ class ModelRegistry:
         if problems:
             raise ModelRegistryError(f"model {name} v{version} is corrupt: " + "; ".join(problems))
         return model
+
+
+def _content_digest(digests: dict[str, str]) -> str:
+    """Order-independent digest of a model's files: relative path and sha256 of each."""
+    content = hashlib.sha256()
+    for path in sorted(digests):
+        content.update(f"{path}\0{digests[path]}\n".encode())
+    return content.hexdigest()
 
 
 def _now() -> str:
