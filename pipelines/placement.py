@@ -61,7 +61,9 @@ class Placement:
                 "--tpu-topology"
             )
         if self.tpu_topology and not self.accelerator_type:
-            raise UserError("--tpu-topology needs a TPU --accelerator-type, e.g. tpu-v5-lite-podslice")
+            raise UserError(
+                "--tpu-topology needs a TPU --accelerator-type, e.g. tpu-v5-lite-podslice"
+            )
 
     @property
     def is_tpu_type(self) -> bool:
@@ -203,13 +205,9 @@ def parse_step_resources(text: str) -> dict[str, tuple[str, str]]:
         step, sep, value = pair.partition("=")
         cpu, slash, memory = value.partition("/")
         if not sep or not slash or not quantity.match(cpu) or not quantity.match(memory):
-            raise UserError(
-                f"--step-resources {pair!r}: write step=CPU/MEMORY, e.g. shard=8/32Gi"
-            )
+            raise UserError(f"--step-resources {pair!r}: write step=CPU/MEMORY, e.g. shard=8/32Gi")
         if step not in STEPS:
-            raise UserError(
-                f"--step-resources: no step {step!r}; steps: {', '.join(STEPS)}"
-            )
+            raise UserError(f"--step-resources: no step {step!r}; steps: {', '.join(STEPS)}")
         out[step] = (cpu, memory)
     return out
 

@@ -104,7 +104,18 @@ def test_no_engine_is_a_clear_error(tmp_path):
 def test_images_list_and_unknown_selection():
     r = CliRunner().invoke(main, ["images", "list", "--json"])
     table = json.loads(r.output)
-    assert set(table) == {"component", "trainer-gpu", "beam-worker"}
+    assert set(table) == {"component", "trainer-gpu", "trainer-tpu", "beam-worker"}
     assert all(os.path.isfile(v["dockerfile"]) for v in table.values())
     with pytest.raises(ValueError, match="unknown image"):
         ImageBuildConfig(only="gpu").selected({"component": ("a", "b")})
+    r = CliRunner().invoke(
+        main,
+        ["images", "list", "--json", "--image-registry", "localhost:5000/ml", "--image-tag", "t1"],
+    )
+    assert json.loads(r.output)["trainer-gpu"]["image"] == "localhost:5000/ml/tfrecord-suite-gpu:t1"
+    r = CliRunner().invoke(main, ["images", "build", "--image-registry", "Bad Registry!"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [
+        "error: --image-registry 'Bad Registry!' is not a valid image registry: write "
+        "host[:port]/path in lower case, e.g. europe-docker.pkg.dev/my-project/ml"
+    ]

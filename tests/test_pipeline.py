@@ -64,7 +64,7 @@ def test_yaml_parses_as_pipeline_spec_proto():
     for doc in docs[1:]:
         json_format.ParseDict(doc, pipeline_spec_pb2.PlatformSpec())
     images = {e["container"]["image"] for e in docs[0]["deploymentSpec"]["executors"].values()}
-    assert len(images) == 1 and next(iter(images)).startswith("ghcr.io/tfrecord-suite/")
+    assert images == {"ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0"}  # the CPU build everywhere
 
 
 def test_compiling_imports_no_heavy_library():
@@ -78,6 +78,14 @@ def test_compiling_imports_no_heavy_library():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def _executors(docs):
+    return docs[0]["deploymentSpec"]["executors"]
+
+
+def _k8s(docs, executor):
+    return docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"][executor]
+
+
 def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
     import pytest
 
@@ -88,14 +96,22 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
             str(tmp_path / "gpu.yaml"), Placement(accelerator_type="nvidia-l4", accelerator_count=2)
         )
     )
-    train = gpu[0]["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
-    assert train["accelerator"]["resourceType"] == "nvidia.com/gpu"
-    assert train["accelerator"]["resourceCount"] == "2"
-    k8s = gpu[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-op"]
+    train = _executors(gpu)["exec-train-op"]["container"]
+    # the train step's own pod runs the CUDA build, and holds all of its GPUs
+    assert train["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0"
+    assert train["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
+    assert train["resources"]["accelerator"]["resourceCount"] == "2"
+    assert train["resources"]["cpuRequest"] == 8 and train["resources"]["memoryRequest"] == 34.359738368
+    k8s = _k8s(gpu, "exec-train-op")
     assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert k8s["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert k8s["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
-    assert "resources" not in gpu[0]["deploymentSpec"]["executors"]["exec-shard-op"]["container"]
+    shard = _executors(gpu)["exec-shard-op"]["container"]
+    assert "accelerator" not in shard["resources"]
+    assert shard["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0"
+    # the TFJob replicas get the same image as the in-pod trainer would
+    args = gpu[0]["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]["trainer_image"]
+    assert args["runtimeValue"]["constant"] == "ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0"
     tpu = _docs(
         compile_pipeline(
             str(tmp_path / "tpu.yaml"),
@@ -104,12 +120,77 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
             ),
         )
     )
-    k8s = tpu[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train-op"]
-    assert k8s["nodeSelector"]["labels"] == {
+    assert _k8s(tpu, "exec-train-op")["nodeSelector"]["labels"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "2x2",
     }
-    res = tpu[0]["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
-    assert res["accelerator"]["resourceType"] == "google.com/tpu"
+    train = _executors(tpu)["exec-train-op"]["container"]
+    assert train["resources"]["accelerator"]["resourceType"] == "google.com/tpu"
+    assert train["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite-tpu:0.1.0"
+    # a TFJob launcher pod waits on CPU; the accelerator image goes to its replicas
+    launcher = _docs(
+        compile_pipeline(
+            str(tmp_path / "tfjob.yaml"),
+            Placement(accelerator_type="nvidia-l4", accelerator_count=2, tfjob=True),
+        )
+    )
+    train = _executors(launcher)["exec-train-op"]["container"]
+    assert train["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0"
+    assert "accelerator" not in train["resources"] and train["resources"]["cpuRequest"] == 0.5
+    args = launcher[0]["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]
+    assert args["trainer_image"]["runtimeValue"]["constant"].endswith("tfrecord-suite-gpu:0.1.0")
     with pytest.raises(ValueError, match="needs --accelerator-type"):
         Placement(accelerator_count=1)
+
+
+def test_every_step_requests_cpu_and_memory_and_names_its_image(tmp_path):
+    from tfrecord_suite.pipelines.placement import STEP_REQUESTS, Deployment, Placement
+
+    docs = _docs(
+        compile_pipeline(
+            str(tmp_path / "p.yaml"),
+            Placement(),
+            Deployment(
+                image_registry="europe-docker.pkg.dev/acme/ml",
+                image_tag="2026.11.1",
+                step_resources="shard=16/64Gi,train=8/32Gi",
+            ),
+        )
+    )
+    executors = _executors(docs)
+    assert len(executors) == 8
+    for name, executor in executors.items():
+        container = executor["container"]
+        step = name.removeprefix("exec-").removesuffix("-op")
+        assert container["image"] == "europe-docker.pkg.dev/acme/ml/tfrecord-suite:2026.11.1"
+        assert container["resources"]["cpuRequest"] > 0, name
+        assert container["resources"]["memoryRequest"] > 0, name
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["TFRECORD_SUITE_IMAGE"] == container["image"]
+        if step in STEP_REQUESTS:
+            assert step not in ("shard",) or container["resources"]["cpuRequest"] == 16
+    assert executors["exec-shard-op"]["container"]["resources"]["memoryRequest"] == 68.719476736
+    assert executors["exec-train-op"]["container"]["resources"]["cpuRequest"] == 8
+
+
+def test_bad_deployment_and_placement_fail_with_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli import main
+
+    cases = [
+        (["--image-registry", "Ghcr.io/UPPER/Case"], "is not a valid image registry"),
+        (["--image-tag", "-bad"], "is not a valid image tag"),
+        (["--step-resources", "shard=lots"], "write step=CPU/MEMORY"),
+        (["--step-resources", "sharding=1/1Gi"], "no step 'sharding'"),
+        (
+            ["--accelerator-type", "nvidia-l4", "--tpu-topology", "2x2"],
+            "is a GPU but --tpu-topology 2x2 asks for a TPU slice",
+        ),
+    ]
+    for flags, message in cases:
+        r = CliRunner().invoke(main, ["compile", "--output", str(tmp_path / "x.yaml"), *flags])
+        assert r.exit_code == 2, (flags, r.output)
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert not (tmp_path / "x.yaml").exists()

@@ -194,8 +194,9 @@ def test_retried_task_adopts_its_own_job_but_not_another_runs():
 
 
 class Artifact:
-    def __init__(self, uri, metadata=None):
-        self.uri = self.path = uri
+    def __init__(self, uri, metadata=None, path=None):
+        self.uri = uri
+        self.path = uri if path is None else path
         self.metadata = dict(metadata or {})
         self.logged = {}
 
@@ -207,37 +208,43 @@ class Artifact:
 
 
 def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
-    """The kfp train step's multi-worker path: kubeconfig client, TFJob args, chief's outputs."""
-    model_dir = str(tmp_path / "model")
+    """The kfp train step's multi-worker path: kubeconfig client, TFJob args and image, the
+    chief writing under the registry (replicas cannot reach the step's disk), and the model,
+    metrics and report copied into the artifact's local path for Kubeflow to keep."""
+    registry = str(tmp_path / "reg")
+    shared = os.path.join(registry, "_runs", job_name("run-9"), "model")
 
     with FakeKubernetes(Scenario([("Succeeded", "")])) as k8s:
         monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.train.tfjob.current_namespace", lambda: "ml")
         # what the chief writes at the end of a real run (tests/test_train.py runs one)
         storage.write_text(
-            os.path.join(model_dir, "metrics.json"),
+            os.path.join(shared, "metrics.json"),
             json.dumps(
                 {
                     "dataset": "digits@1.0.0",
                     "dataset_digest": "d" * 64,
-                    "export_dir": os.path.join(model_dir, "export"),
+                    "export_dir": os.path.join(shared, "export"),
                     "strategy": "MultiWorkerMirroredStrategy",
                     "replicas": 3,
                     "evaluation": {"test": {"accuracy": 0.9}},
                     "examples_per_second": 123.4,
-                    "model_dir": model_dir,
+                    "model_dir": shared,
                 }
             ),
         )
-        storage.write_text(os.path.join(model_dir, "report.md"), "# report")
+        storage.write_text(os.path.join(shared, "report.md"), "# report")
+        storage.write_text(os.path.join(shared, "export", "saved_model.pb"), "pb")
+        storage.write_text(os.path.join(shared, "checkpoints", "ckpt-1"), "stays behind")
+        local = tmp_path / "minio" / "mlpipeline" / "run-9" / "model"
         model, metrics, cm, report = (
-            Artifact(model_dir),
+            Artifact("minio://mlpipeline/run-9/model", path=str(local)),
             Artifact(""),
             Artifact(""),
-            Artifact(str(tmp_path / "report.md")),
+            Artifact("minio://mlpipeline/run-9/report", path=str(tmp_path / "report.md")),
         )
         tasks.train_task(
-            dataset_ref="/reg/digits@1.0.0",
+            dataset_ref=f"{registry}/digits@1.0.0",
             dataset_digest="",
             strategy="auto",
             cpu_devices=1,
@@ -252,18 +259,25 @@ def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
             workers=3,
             placement=GPU.to_json(),
             run_id="run-9",
+            trainer_image="registry.example.com/team/tfrecord-suite-gpu:v7",
         )
         (job,) = k8s.created
         assert k8s.deleted == [("ml", job_name("run-9"), "Foreground")]
     assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
-    args = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["args"]
-    assert args == [
-        "--dataset", "/reg/digits@1.0.0", "--model-dir", model_dir, "--strategy", "multi_worker",
-        "--epochs", "3", "--batch-size", "32", "--learning-rate", "0.01",
+    chief = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
+    assert chief["image"] == "registry.example.com/team/tfrecord-suite-gpu:v7"
+    assert chief["args"] == [
+        "--dataset", f"{registry}/digits@1.0.0", "--model-dir", shared,
+        "--strategy", "multi_worker", "--epochs", "3", "--batch-size", "32",
+        "--learning-rate", "0.01",
     ]  # fmt: skip
     assert model.metadata["strategy"] == "MultiWorkerMirroredStrategy"
+    assert model.metadata["export_subdir"] == "export"
     assert metrics.logged["test_accuracy"] == 0.9
     assert open(report.path).read() == "# report"
+    # Kubeflow keeps what is under the artifact's local path: the export and the reports
+    assert (local / "export" / "saved_model.pb").read_text() == "pb"
+    assert (local / "metrics.json").is_file() and not (local / "checkpoints").exists()
 
 
 def test_trainer_args_round_trip_through_the_cli():

@@ -528,6 +528,7 @@ def _run_human(r: dict[str, Any]) -> str:
         f"model: {r['export_dir']}\nmetrics: {r['metrics_file']}\n  {metrics}\n"
         f"registered model: v{r.get('registered_model')} at {r.get('registered_model_uri')}\n"
         f"gate: {r.get('gate')} ({r.get('gate_reason')})"
+        + (f"\nfull log: {r['log']}" if r.get("log") else "")
     )
 
 
@@ -559,6 +560,14 @@ def _run_human(r: dict[str, Any]) -> str:
     default="",
     help="Feature transforms of the built-in model (YAML/JSON); inferred when empty.",
 )
+@click.option(
+    "--runner",
+    type=click.Choice(["subprocess", "docker"]),
+    default="subprocess",
+    show_default=True,
+    help="subprocess: steps in this Python environment; docker: each step in its image "
+    "(through DOCKER_HOST), as Kubeflow runs them; the input must be inside --workdir.",
+)
 @json_option
 @friendly_errors
 def run(
@@ -573,6 +582,7 @@ def run(
     strategy: str,
     cpu_devices: int,
     feature_config: str,
+    runner: str,
     as_json: bool,
 ) -> None:
     """Run the whole pipeline DAG locally with kfp.local.
@@ -613,6 +623,7 @@ def run(
             strategy=strategy,
             cpu_devices=cpu_devices,
             feature_config=feature_config,
+            runner=runner,
         )
     _emit(result, as_json, _run_human)
 
@@ -672,12 +683,18 @@ def images_group() -> None:
 
 
 @images_group.command("list")
+@click.option("--image-registry", default=None, help="Registry (and path) of the images.")
+@click.option("--image-tag", default=None, help="Tag of the images.")
 @json_option
-def images_list(as_json: bool) -> None:
+@friendly_errors
+def images_list(image_registry: str | None, image_tag: str | None, as_json: bool) -> None:
     """The image names and Dockerfiles (one place: tfrecord_suite/images.py)."""
     from tfrecord_suite import images
 
-    table = {k: {"image": ref, "dockerfile": df} for k, (ref, df) in images.ALL_IMAGES.items()}
+    chosen = images.ImageSet(
+        image_registry or images.DEFAULT_REGISTRY, image_tag or images.DEFAULT_TAG
+    )
+    table = {k: {"image": ref, "dockerfile": df} for k, (ref, df) in chosen.table().items()}
     _emit(
         table,
         as_json,
@@ -739,6 +756,12 @@ def _placement_cls() -> type:
     return Placement
 
 
+def _deployment_cls() -> type:
+    from tfrecord_suite.pipelines.placement import Deployment
+
+    return Deployment
+
+
 @main.command("compile")
 @click.option(
     "--output",
@@ -747,6 +770,7 @@ def _placement_cls() -> type:
     help="Where to write the pipeline YAML.",
 )
 @cliutil.dataclass_options(_placement_cls())
+@cliutil.dataclass_options(_deployment_cls())
 @json_option
 @friendly_errors
 def compile_(output: str, as_json: bool, **values: Any) -> None:
@@ -758,7 +782,9 @@ def compile_(output: str, as_json: bool, **values: Any) -> None:
     from tfrecord_suite.pipelines.compile import compile_pipeline
     from tfrecord_suite.pipelines.placement import Placement
 
-    path = compile_pipeline(output, cliutil.build(Placement, values))
+    path = compile_pipeline(
+        output, cliutil.build(Placement, values), cliutil.build(_deployment_cls(), values)
+    )
     _emit({"output": path}, as_json, lambda o: f"wrote {o['output']}")
 
 
@@ -766,7 +792,16 @@ def compile_(output: str, as_json: bool, **values: Any) -> None:
 @click.option("--host", required=True, help="Kubeflow Pipelines API endpoint.")
 @click.option("--experiment", default="tfrecord-suite", show_default=True)
 @click.option("--param", "params", multiple=True, help="Pipeline parameter k=v (repeatable).")
-@click.option("--schedule", default=None, help="Cron expression: create a recurring run.")
+@click.option(
+    "--schedule",
+    default=None,
+    help="Cron expression with six fields, seconds first ('0 0 3 * * *'): a recurring run.",
+)
+@click.option(
+    "--pipeline-root",
+    default=None,
+    help="Artifact root for this run (gs://, s3:// or minio://); default: the cluster's.",
+)
 @click.option("--run-name", default=None, help="Run (or recurring run) name.")
 @click.option("--pipeline-name", default="tfrecord-suite", show_default=True)
 @click.option("--wait/--no-wait", default=False, help="Wait for the run to finish.")
@@ -778,6 +813,7 @@ def compile_(output: str, as_json: bool, **values: Any) -> None:
     help="Kubernetes service account of the run's pods (Workload Identity; empty: KFP's default).",
 )
 @cliutil.dataclass_options(_placement_cls())
+@cliutil.dataclass_options(_deployment_cls())
 @json_option
 @friendly_errors
 def submit(
@@ -790,18 +826,22 @@ def submit(
     wait: bool,
     timeout: int,
     service_account: str,
+    pipeline_root: str | None,
     as_json: bool,
     **placement: Any,
 ) -> None:
     """Upload a pipeline version and start a run (or a recurring run) with kfp.Client.
 
-    The placement flags are those of ``compile``: the uploaded version is compiled with them.
+    The placement, image and resource flags are those of ``compile``: the uploaded version is
+    compiled with them.
     """
     from tfrecord_suite.pipelines.placement import Placement
     from tfrecord_suite.submit import parse_params, submit_pipeline
 
     result = submit_pipeline(
         placement=cliutil.build(Placement, placement),
+        deployment=cliutil.build(_deployment_cls(), placement),
+        pipeline_root=pipeline_root,
         service_account=service_account,
         host=host,
         experiment=experiment,

@@ -28,7 +28,10 @@ class ImageBuildConfig:
     """What to build.
 
     Attributes:
-        only: Comma-separated image keys (component, trainer-gpu, beam-worker); empty: all.
+        only: Comma-separated image keys (component, trainer-gpu, trainer-tpu, beam-worker);
+            empty: all.
+        image_registry: Registry (and path) the images are named under, as compile takes it.
+        image_tag: Tag of the images.
         push: Push each image after building it.
         docker_host: Engine URL, e.g. unix:///var/run/docker.sock; empty: DOCKER_HOST or the
             default socket.
@@ -38,10 +41,20 @@ class ImageBuildConfig:
     """
 
     only: str = ""
+    image_registry: str = images.DEFAULT_REGISTRY
+    image_tag: str = images.DEFAULT_TAG
     push: bool = False
     docker_host: str = ""
     context: str = REPO_ROOT
     pull: bool = False
+
+    def __post_init__(self) -> None:
+        self.images  # noqa: B018 - a bad registry or tag fails here, before any engine is asked
+
+    @property
+    def images(self) -> images.ImageSet:
+        """The image set named by the registry and tag (validated)."""
+        return images.ImageSet(self.image_registry, self.image_tag)
 
     def selected(self, table: Mapping[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
         """The images to build, in table order.
@@ -97,8 +110,8 @@ def build_images(
 
     Args:
         config: What to build.
-        table: ``key -> (image:tag, Dockerfile relative to the context)``; default
-            :data:`tfrecord_suite.images.ALL_IMAGES`.
+        table: ``key -> (image:tag, Dockerfile relative to the context)``; default: every
+            image of ``config.images``.
         client: A Docker SDK client; default :func:`docker_client`.
         progress: Called with each line of build and push output (default: the log).
 
@@ -109,7 +122,7 @@ def build_images(
         ImageBuildError: Naming the image and the engine's error.
 
     """
-    table = images.ALL_IMAGES if table is None else table
+    table = config.images.table() if table is None else table
     chosen = config.selected(table)
     client = client or docker_client(config.docker_host)
     say = progress or (lambda line: _LOG.info("%s", line))
@@ -121,7 +134,7 @@ def build_images(
             path=config.context,
             dockerfile=dockerfile,
             tag=ref,
-            buildargs={"VERSION": images.TAG},
+            buildargs={"VERSION": config.image_tag},
             rm=True,
             pull=config.pull,
             decode=True,

@@ -26,7 +26,9 @@ TPU_RESOURCE = "google.com/tpu"
 # The reference grammar of the OCI distribution spec (github.com/distribution/reference): a
 # registry host (with an optional port) then lower-case path components; a tag of at most 128
 # word characters, dots and dashes, not starting with a dot or a dash.
-_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+_HOST = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+)
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REGISTRY_RE = re.compile(rf"^(?:{_HOST}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
 _TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")

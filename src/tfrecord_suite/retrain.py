@@ -14,8 +14,9 @@ _LOG = logging.getLogger(__name__)
 def input_changed(input_uri: str, registry_root: str, dataset: str) -> tuple[bool, str]:
     """Whether ``input_uri`` differs from what the latest version of ``dataset`` was built from.
 
-    Compares the input fingerprint (names, sizes and generations of every file) with the one in the
-    latest version's manifest.
+    Compares the input fingerprint (names, sizes and contents of every file: GCS's MD5 or CRC32C,
+    a sha256 locally) with the one in the latest version's manifest, so uploading the same files
+    again is no change.
 
     Returns:
         ``(changed, reason)``.

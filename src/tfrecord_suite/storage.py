@@ -47,8 +47,12 @@ class FileInfo:
     Attributes:
         uri: Full URI (local absolute path or ``gs://bucket/name``).
         size: Size in bytes.
-        generation: GCS generation, or the modification time in nanoseconds locally. Together with
-            the size this fingerprints the object without reading it.
+        generation: GCS generation, or the modification time in nanoseconds locally: it changes
+            on every write, even of the same bytes.
+        mtime: Modification time (seconds).
+        checksum: What the store knows of the content without reading it: GCS's MD5
+            (``md5:<base64>``) or, for composite objects that have none, its CRC32C
+            (``crc32c:<base64>``); empty locally.
 
     """
 
@@ -56,6 +60,7 @@ class FileInfo:
     size: int
     generation: str
     mtime: float = 0.0
+    checksum: str = ""
 
 
 def is_gcs(uri: str) -> bool:
@@ -353,7 +358,13 @@ def list_files(prefix: str, recursive: bool = True) -> list[FileInfo]:
             bucket, prefix=name, delimiter=None if recursive else "/", retry=_retry()
         )
         out = [
-            FileInfo(f"gs://{bucket}/{b.name}", int(b.size or 0), str(b.generation), _ts(b.updated))
+            FileInfo(
+                f"gs://{bucket}/{b.name}",
+                int(b.size or 0),
+                str(b.generation),
+                _ts(b.updated),
+                _gcs_checksum(b),
+            )
             for b in blobs
             if not b.name.endswith("/")
         ]
@@ -394,9 +405,25 @@ def stat(uri: str) -> FileInfo:
         blob = gcs_client().bucket(bucket).get_blob(name, retry=_retry())
         if blob is None:
             raise FileNotFoundError(uri)
-        return FileInfo(uri, int(blob.size or 0), str(blob.generation), _ts(blob.updated))
+        return FileInfo(
+            uri, int(blob.size or 0), str(blob.generation), _ts(blob.updated), _gcs_checksum(blob)
+        )
     st = os.stat(uri)
     return FileInfo(uri, st.st_size, str(st.st_mtime_ns), st.st_mtime)
+
+
+def _gcs_checksum(blob: Any) -> str:
+    if blob.md5_hash:
+        return f"md5:{blob.md5_hash}"
+    return f"crc32c:{blob.crc32c}" if blob.crc32c else ""
+
+
+def content_id(info: FileInfo) -> str:
+    """A content identity of an object: the store's checksum, or a sha256 read locally.
+
+    Unlike the generation, it stays the same when the same bytes are written again.
+    """
+    return info.checksum or f"sha256:{sha256(info.uri)}"
 
 
 def _ts(when: Any) -> float:

@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from tfrecord_suite.errors import UserError
+
 
 def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
     """``["k=v", ...]`` -> ``{k: v}``, typed by the pipeline's parameter declarations.
@@ -50,6 +52,45 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+#: The pipeline-root schemes the KFP launcher maps to local paths (/gcs, /s3, /minio).
+PIPELINE_ROOT_SCHEMES = ("gs://", "s3://", "minio://")
+
+
+def check_submission(
+    params: dict[str, Any], pipeline_root: str | None, schedule: str | None
+) -> None:
+    """Refuse, before anything is uploaded, what a cluster run could not do.
+
+    Raises:
+        UserError: A pipeline root the launcher cannot map, data or registries the steps' pods
+            cannot reach (local paths, or stores other than gs://), or a five-field cron.
+
+    """
+    from tfrecord_suite import storage
+
+    if pipeline_root and not pipeline_root.startswith(PIPELINE_ROOT_SCHEMES):
+        raise UserError(
+            f"--pipeline-root {pipeline_root}: Kubeflow's launcher stores artifacts under "
+            f"{', '.join(PIPELINE_ROOT_SCHEMES)} roots only; give one of those (or none, for the "
+            "cluster's default)"
+        )
+    for key in ("input_uri", "registry_root", "model_registry"):
+        value = params.get(key)
+        if not value:
+            continue
+        storage.check_reachable(value, f"--param {key}")
+        if not storage.is_gcs(value):
+            raise UserError(
+                f"--param {key}={value} is a local path: the pipeline's pods cannot see this "
+                "machine's disk; give a gs:// URI"
+            )
+    if schedule is not None and len(schedule.split()) != 6:
+        raise UserError(
+            f"--schedule {schedule!r}: Kubeflow's recurring runs take six cron fields, seconds "
+            f"first (e.g. '0 0 3 * * *' for 03:00 daily); for this one: '0 {schedule}'"
+        )
+
+
 def submit_pipeline(
     *,
     host: str,
@@ -63,12 +104,16 @@ def submit_pipeline(
     client: Any = None,
     placement: Any = None,
     service_account: str = "tfrecord-suite",
+    deployment: Any = None,
+    pipeline_root: str | None = None,
 ) -> dict[str, Any]:
     """Upload the compiled pipeline as a new version and create a run or a recurring run.
 
     ``placement`` (a :class:`~tfrecord_suite.pipelines.placement.Placement`) compiles the train
-    step for GPUs/TPUs as ``tfrecord-suite compile`` would; the run's pods use the Kubernetes
-    ``service_account`` (Workload Identity to GCS, no keys).
+    step for GPUs/TPUs as ``tfrecord-suite compile`` would, and ``deployment`` (a
+    :class:`~tfrecord_suite.pipelines.placement.Deployment`) names the images and the steps'
+    CPU and memory; the run's pods use the Kubernetes ``service_account`` (Workload Identity to
+    GCS, no keys). ``pipeline_root`` overrides the cluster's default artifact root.
 
     Returns:
         IDs of the pipeline, version, experiment and run (or recurring run), and the final run
@@ -80,10 +125,11 @@ def submit_pipeline(
     from tfrecord_suite import __version__
     from tfrecord_suite.pipelines.compile import compile_pipeline
 
+    check_submission(params, pipeline_root, schedule)
     client = client or kfp.Client(host=host)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     with tempfile.TemporaryDirectory() as tmp:
-        package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"), placement)
+        package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"), placement, deployment)
         pipeline_id = client.get_pipeline_id(pipeline_name)
         if pipeline_id is None:
             pipeline = client.upload_pipeline(
@@ -114,6 +160,7 @@ def submit_pipeline(
             params=params,
             max_concurrency=1,
             no_catchup=True,
+            pipeline_root=pipeline_root,
             service_account=service_account or None,
         )
         out["recurring_run_id"] = job.recurring_run_id
@@ -124,6 +171,7 @@ def submit_pipeline(
         pipeline_id=pipeline_id,
         version_id=version_id,
         params=params,
+        pipeline_root=pipeline_root,
         service_account=service_account or None,
     )
     out["run_id"] = run.run_id

@@ -48,7 +48,7 @@ def _write_markdown(artifact: Any, text: str) -> None:
 
 
 def fingerprint_task(input_uri: str) -> str:
-    """The digest over the names, sizes and generations of every input file."""
+    """The digest over the names, sizes and contents of every input file."""
     from tfrecord_suite.shard import sources
     from tfrecord_suite.shard.step import input_fingerprint
 
@@ -315,6 +315,39 @@ def _copy_model_outputs(src: str, dst: str) -> None:
         rel = storage.relative_to(info.uri, src)
         if rel.split("/")[0] in _MODEL_OUTPUTS:
             storage.copy(info.uri, os.path.join(dst, rel))
+
+
+def _fill_train_artifacts(
+    result: dict[str, Any], model: Any, metrics: Any, classification_metrics: Any, report: Any
+) -> None:
+    model.metadata.update(
+        {
+            "dataset": result["dataset"],
+            "dataset_digest": result["dataset_digest"],
+            # relative: each step sees the artifact at its own local path
+            "export_subdir": EXPORT_SUBDIR,
+            "framework": "tensorflow",
+            "strategy": result["strategy"],
+            "replicas": result.get("replicas"),
+        }
+    )
+    for split, values in result["evaluation"].items():
+        for name, value in values.items():
+            metrics.log_metric(f"{split}_{name}", round(float(value), 6))
+    metrics.log_metric("examples_per_second", round(result["examples_per_second"], 1))
+    if result.get("input"):
+        metrics.log_metric("input_wait_share", round(result["input"]["input_wait_share"], 4))
+    check = result.get("serving_check")
+    if check:
+        classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
+    from tfrecord_suite.train.report import REPORT_MD
+
+    _write_markdown(report, storage.read_text(storage.join(model.path, REPORT_MD)))
+
+
+def export_dir(model: Any) -> str:
+    """The SavedModel inside a model artifact, at this step's local path of it."""
+    return storage.join(model.path, model.metadata.get("export_subdir") or EXPORT_SUBDIR)
 
 
 def report_task(

@@ -215,7 +215,10 @@ class ModelRegistry:
             if earlier is not None:
                 _LOG.info(
                     "model %s v%d already holds this run's model (%s): a retry, not registered "
-                    "again", name, earlier.version, run_id,
+                    "again",
+                    name,
+                    earlier.version,
+                    run_id,
                 )
                 return earlier
         for _ in range(_ATTEMPTS):
@@ -251,9 +254,7 @@ class ModelRegistry:
             storage.delete_tree(storage.join(vdir, attempt))
         raise ModelRegistryError(f"could not register model {name} after {_ATTEMPTS} attempts")
 
-    def _registered_by(
-        self, name: str, run_id: str, content_digest: str
-    ) -> RegisteredModel | None:
+    def _registered_by(self, name: str, run_id: str, content_digest: str) -> RegisteredModel | None:
         """The version a pipeline run already registered with this content, if any."""
         for version in reversed(self.versions(name)):
             model = self.get(name, version)

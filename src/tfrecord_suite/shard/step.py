@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfrecord_suite import naming, storage
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
 from tfrecord_suite.shard import convert, plan, sources
 
@@ -58,6 +59,42 @@ def check_no_credentials(beam_args: Sequence[str]) -> None:
             raise ValueError(
                 f"beam option {name} carries a credential: pipeline parameters are visible in "
                 "the Kubeflow UI and logs; use Workload Identity or a mounted Kubernetes secret"
+            )
+
+
+#: Runners that execute in this process or on this machine: local paths are fine there.
+LOCAL_RUNNERS = ("directrunner", "prismrunner", "interactiverunner", "")
+
+
+def beam_runner(beam_args: Sequence[str]) -> str:
+    """The ``--runner`` named in Beam options (``""`` when none: the DirectRunner)."""
+    args = [str(a) for a in beam_args]
+    for i, arg in enumerate(args):
+        if arg.startswith("--runner="):
+            return arg.split("=", 1)[1]
+        if arg == "--runner" and i + 1 < len(args):
+            return args[i + 1]
+    return ""
+
+
+def check_paths_reach_runner(input_uri: str, output: str, beam_args: Sequence[str]) -> None:
+    """Refuse local paths when a remote runner (Dataflow, Flink, Spark...) runs the job.
+
+    Its workers would read an input that is not there, or write shards on their own disks,
+    where nobody finds them.
+
+    Raises:
+        UserError: Naming the path and the runner.
+
+    """
+    runner = beam_runner(beam_args)
+    if runner.lower() in LOCAL_RUNNERS:
+        return
+    for flag, uri in (("--input", input_uri), ("--output", output)):
+        if not storage.is_gcs(uri):
+            raise UserError(
+                f"{flag} {uri} is a local path but --runner {runner} runs on remote workers "
+                "that cannot see this machine's disk: use a gs:// path"
             )
 
 
@@ -132,6 +169,7 @@ class ShardConfig:
         convert.SplitSpec.parse(self.splits)
         self.plan_config()
         check_no_credentials(self.beam_args)
+        check_paths_reach_runner(self.input, self.output, self.beam_args)
 
     def plan_config(self) -> plan.ShardPlanConfig:
         """The shard plan's inputs."""
@@ -147,8 +185,13 @@ class ShardConfig:
 
 
 def input_fingerprint(files: Sequence[storage.FileInfo]) -> dict[str, Any]:
-    """Names, sizes and generations (or mtimes) of every input file, and a digest over them."""
-    entries = [{"uri": f.uri, "size": f.size, "generation": f.generation} for f in files]
+    """Names, sizes and contents of every input file, and a digest over them.
+
+    The content is GCS's MD5 (or CRC32C) of each object, or a sha256 of each local file: the
+    same files uploaded again (a new generation, a new mtime) give the same fingerprint, so
+    ``retrain --if-changed`` submits nothing and Kubeflow's cache still hits.
+    """
+    entries = [{"uri": f.uri, "size": f.size, "content": storage.content_id(f)} for f in files]
     digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
     return {
         "files": entries,
