@@ -307,6 +307,7 @@ def _train_in_tfjob(
 #: What Kubeflow keeps of a TFJob's model folder: the SavedModel, metrics and reports (the
 #: checkpoints and backups stay beside the run under the registry).
 _MODEL_OUTPUTS = ("export", "metrics.json", "report.md", "report.html", "transforms.json",
+                  "training_curves.png",
                   "feature_config.yaml")  # fmt: skip
 
 
@@ -496,6 +497,9 @@ def register_task(
             "pipeline_run_id": run_id or None,
             "image": running_image(),
         },
+    )
+    storage.write_text(
+        storage.join(registered.path, "model.json"), json.dumps(result.manifest, indent=2)
     )
     registered.metadata.update(
         {
