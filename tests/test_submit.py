@@ -1,6 +1,7 @@
 """Contract test: `submit` with the real kfp.Client against a local stand-in of the KFP v2beta1 API
 (tests/fakekfp.py) that checks every request body; no cluster involved."""
 
+import re
 import warnings
 
 import pytest
@@ -88,3 +89,53 @@ def test_cli_submit_compiles_with_the_placement_flags():
         upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
     train = upload["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
     assert train["accelerator"]["resourceCount"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("params", "root", "schedule", "message"),
+    [
+        (
+            {**PARAMS, "registry_root": "/data/reg"},
+            None,
+            None,
+            "registry_root=/data/reg is a local path",
+        ),
+        (
+            {**PARAMS, "input_uri": "s3://b/raw.csv"},
+            None,
+            None,
+            "s3:// is not a storage this suite",
+        ),
+        (PARAMS, "hdfs://nn/root", None, "--pipeline-root hdfs://nn/root"),
+        (PARAMS, None, "0 3 * * *", "for this one: '0 0 3 * * *'"),
+    ],
+)
+def test_submit_refuses_what_a_cluster_run_could_not_do(params, root, schedule, message):
+    from tfrecord_suite.errors import UserError
+
+    with FakeKfp() as api:
+        with pytest.raises(UserError, match=re.escape(message)):
+            submit_pipeline(
+                host=api.url, experiment="e", params=params, pipeline_root=root, schedule=schedule
+            )
+        assert api.requests == []  # nothing was uploaded
+
+
+def test_submit_passes_the_pipeline_root_and_compiles_for_the_registry():
+    from tfrecord_suite.pipelines.placement import Deployment
+
+    with FakeKfp() as api, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        submit_pipeline(
+            host=api.url,
+            experiment="e",
+            params=PARAMS,
+            pipeline_root="minio://mlpipeline/v2/artifacts",
+            deployment=Deployment(image_registry="localhost:5000/ml", image_tag="dev"),
+        )
+        assert api.errors == []
+        run = next(r for r in api.requests if r["path"] == "/apis/v2beta1/runs")["json"]
+        assert run["runtime_config"]["pipeline_root"] == "minio://mlpipeline/v2/artifacts"
+        upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
+        images = {e["container"]["image"] for e in upload["deploymentSpec"]["executors"].values()}
+        assert images == {"localhost:5000/ml/tfrecord-suite:dev"}

@@ -82,7 +82,8 @@ class StepReporter(io.TextIOBase):
             self._started[m[1]] = self._clock()
             self._say(f"[{_now()}] {m[1]}: started")
         elif m := _FINISHED.search(line):
-            took = self._clock() - self._started.get(m[1], self._clock())
+            now = self._clock()
+            took = now - self._started.get(m[1], now)
             state = m[2].lower()
             self.steps.append({"step": m[1], "status": state, "seconds": round(took, 1)})
             self._say(f"[{_now()}] {m[1]}: {state} in {took:.1f} s")

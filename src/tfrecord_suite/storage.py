@@ -28,6 +28,8 @@ import uuid
 from collections.abc import Iterator
 from typing import IO, Any
 
+from tfrecord_suite.errors import UserError
+
 GCS_PREFIX = "gs://"
 _READ_CHUNK = 8 * 1024 * 1024
 
@@ -78,7 +80,7 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts)
 
 
-class UnsupportedStorage(StorageError, ValueError):
+class UnsupportedStorage(StorageError, UserError):
     """A URI whose scheme this storage layer cannot reach (it reaches folders and gs://)."""
 
 
