@@ -2,9 +2,9 @@
 
 import glob
 import os
-import time
 import shutil
 import subprocess
+import time
 
 import pytest
 import yaml
