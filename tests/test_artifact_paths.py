@@ -143,3 +143,20 @@ def test_a_retried_register_returns_the_first_attempts_version(tmp_path):
     with open(os.path.join(out, "metrics.json"), "a") as fh:
         fh.write(" ")
     assert reg.register("m", out, "export", lineage={"pipeline_run_id": "run-1"}).version == 3
+
+
+def test_bad_data_says_a_retry_will_not_help(tmp_path):
+    from tfrecord_suite.errors import RetryWillNotHelp
+
+    raw = tmp_path / "raw.csv"
+    raw.write_text("x,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(40)) + "oops\n" * 40)
+    staged, summary = (LauncherArtifact(str(tmp_path / "pod"), "r", "shard-op", n) for n in "ab")
+    with pytest.raises(RetryWillNotHelp, match="retrying the shard step will not help") as err:
+        tasks.shard_task(
+            input_uri=str(raw), registry_root=str(tmp_path / "reg"), dataset_name="rows",
+            run_id="r", fingerprint="", input_format="csv", label="label", key_column="",
+            splits="train=80,validation=10,test=10", num_shards=0, target_shard_mb=128.0,
+            readers=1, workers=1, gzip=False, max_bad_fraction=0.01, beam_args=[],
+            staged=staged, summary=summary,
+        )  # fmt: skip
+    assert "bad" in str(err.value.__cause__)

@@ -7,3 +7,7 @@ that already catches bad values keeps working.
 
 class UserError(ValueError):
     """Bad input, flags or configuration; the message says what to change."""
+
+
+class RetryWillNotHelp(UserError):
+    """A pipeline step failed on its input or parameters: Kubeflow's retries cannot fix that."""

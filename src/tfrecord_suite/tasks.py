@@ -16,15 +16,16 @@ derives the upload key from the URI and fails the task otherwise).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tfrecord_suite import images, storage
-from tfrecord_suite.errors import UserError
+from tfrecord_suite.errors import RetryWillNotHelp, UserError
 
 _LOG = logging.getLogger(__name__)
 EXPORT_SUBDIR = "export"
@@ -41,6 +42,22 @@ def _setup_logging() -> None:
 def running_image() -> str:
     """The image this step runs in, as compiled into its container's environment."""
     return os.environ.get(images.IMAGE_ENV) or images.COMPONENT_IMAGE
+
+
+@contextlib.contextmanager
+def _final_on_bad_input(step: str, *kinds: type[BaseException]) -> Iterator[None]:
+    """Say plainly that a failure caused by the data or parameters will not pass on a retry.
+
+    Kubeflow retries a failed step as its retry policy says; storage faults may pass, bad data
+    does not, and the message says so (the original error is chained).
+    """
+    try:
+        yield
+    except (ValueError, *kinds) as exc:
+        raise RetryWillNotHelp(
+            f"{exc} -- bad input: retrying the {step} step will not help; fix the data or the "
+            "parameters and start a new run"
+        ) from exc
 
 
 def _write_markdown(artifact: Any, text: str) -> None:
@@ -107,29 +124,30 @@ def shard_task(
     from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
 
     _setup_logging()
-    if fingerprint and fingerprint_task(input_uri) != fingerprint:
-        raise ShardError(
-            f"input {input_uri} changed since it was fingerprinted; rerun the pipeline"
-        )
     target = staging_uri(registry_root, dataset_name, _run_key(run_id, fingerprint[:16] or "run"))
-    result = run_shard(
-        ShardConfig(
-            input=input_uri,
-            output=target,
-            format=input_format,
-            label=label or None,
-            key_column=key_column or None,
-            splits=splits,
-            num_shards=num_shards or None,
-            target_shard_mb=target_shard_mb,
-            readers=readers,
-            workers=workers,
-            gzip=gzip,
-            max_bad_fraction=max_bad_fraction,
-            overwrite=True,
-            beam_args=list(beam_args),
+    with _final_on_bad_input("shard", ShardError):
+        if fingerprint and fingerprint_task(input_uri) != fingerprint:
+            raise ShardError(
+                f"input {input_uri} changed since it was fingerprinted; rerun the pipeline"
+            )
+        result = run_shard(
+            ShardConfig(
+                input=input_uri,
+                output=target,
+                format=input_format,
+                label=label or None,
+                key_column=key_column or None,
+                splits=splits,
+                num_shards=num_shards or None,
+                target_shard_mb=target_shard_mb,
+                readers=readers,
+                workers=workers,
+                gzip=gzip,
+                max_bad_fraction=max_bad_fraction,
+                overwrite=True,
+                beam_args=list(beam_args),
+            )
         )
-    )
     for name in ("summary.json", "schema.json"):
         storage.copy(storage.join(target, name), storage.join(staged.path, name))
     staged.metadata.update(
@@ -165,16 +183,17 @@ def version_task(
 
     """
     from tfrecord_suite.registry.card import dataset_card
-    from tfrecord_suite.registry.registry import Registry
+    from tfrecord_suite.registry.registry import Registry, RegistryError
 
     _setup_logging()
     registry = Registry(registry_root)
-    result = registry.publish(
-        staged.metadata.get("staged_uri") or staged.uri,
-        dataset_name,
-        bump,
-        producer={"image": running_image(), "pipeline_run_id": run_id or None},
-    )
+    with _final_on_bad_input("version", RegistryError):
+        result = registry.publish(
+            staged.metadata.get("staged_uri") or staged.uri,
+            dataset_name,
+            bump,
+            producer={"image": running_image(), "pipeline_run_id": run_id or None},
+        )
     m = result.manifest
     dataset.metadata.update(
         {
@@ -233,16 +252,17 @@ def train_task(
     from tfrecord_suite.train.trainer import TrainConfig, TrainError, resolve_dataset
 
     _setup_logging()
-    if workers < 1:
-        raise UserError(f"workers must be at least 1, got {workers}")
-    if dataset_digest:
-        manifest, _ = resolve_dataset(dataset_ref)
-        if manifest["content_digest"] != dataset_digest:
-            raise TrainError(
-                f"{dataset_ref} has content digest {manifest['content_digest'][:16]}..., expected "
-                f"{dataset_digest[:16]}...: the reference no longer names the data this run "
-                "published"
-            )
+    with _final_on_bad_input("train", TrainError):
+        if workers < 1:
+            raise UserError(f"workers must be at least 1, got {workers}")
+        if dataset_digest:
+            manifest, _ = resolve_dataset(dataset_ref)
+            if manifest["content_digest"] != dataset_digest:
+                raise TrainError(
+                    f"{dataset_ref} has content digest {manifest['content_digest'][:16]}..., "
+                    f"expected {dataset_digest[:16]}...: the reference no longer names the data "
+                    "this run published"
+                )
     config = TrainConfig(
         dataset=dataset_ref,
         model_dir=model.path,
@@ -258,7 +278,8 @@ def train_task(
     if workers == 1 and not where.tfjob:
         from tfrecord_suite.train.trainer import run_train
 
-        result = run_train(config)
+        with _final_on_bad_input("train"):  # a bad feature config or model function
+            result = run_train(config)
     else:
         result = _train_in_tfjob(
             config, workers, where, run_id or model.uri, trainer_image, keep_failed_tfjob
