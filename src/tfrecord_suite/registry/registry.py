@@ -105,7 +105,7 @@ def scan_shard(uri: str, compressed: bool) -> ShardScan:
         RegistryError: The file is truncated or a CRC does not match; the message names it.
 
     """
-    from apache_beam.io.tfrecordio import _TFRecordUtil  # Beam's framing and C CRC32C
+    from tfrecord_suite import framing
 
     records, digest = 0, 0
     with storage.open_read(uri) as fh:
@@ -113,7 +113,7 @@ def scan_shard(uri: str, compressed: bool) -> ShardScan:
         buffered = io.BufferedReader(hashing, buffer_size=4 * 1024 * 1024)
         stream: IO[bytes] = gzip.GzipFile(fileobj=buffered) if compressed else buffered
         try:
-            while (record := _TFRecordUtil.read_record(stream)) is not None:
+            while (record := framing.read_record(stream)) is not None:
                 records += 1
                 digest = (digest + int.from_bytes(hashlib.sha256(record).digest(), "big")) % 2**256
         except (ValueError, OSError, EOFError) as exc:

@@ -24,10 +24,9 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.metrics import Metrics
 
-from tfrecord_suite import naming
+from tfrecord_suite import framing, naming
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard import convert, plan
 from tfrecord_suite.shard.sources import ReadOptions, read_rows
@@ -85,7 +84,7 @@ class _ReadConvertFn(beam.DoFn):
                         "row": row.row,
                         "field": exc.field,
                         "reason": exc.reason,
-                        "raw": _printable(row.values),
+                        "raw": row.raw if row.raw is not None else _printable(row.values),
                     },
                 )
                 continue
@@ -234,9 +233,8 @@ class _WriteShardFn(beam.DoFn):
             with FileSystems.create(
                 path, mime_type="application/octet-stream", compression_type=compression
             ) as fh:
-                write = _TFRecordUtil.write_record
                 for _, data in records:
-                    write(fh, data)
+                    framing.write_record(fh, data)
         self.written.inc(len(records))
         self.shards.inc()
         self.bytes.inc(payload_bytes)

@@ -50,6 +50,8 @@ class RawRow:
         row: 1-based row (line) number in the file; 0 for whole-file examples such as images.
         values: Column name to raw value (strings for CSV, JSON values for JSON lines...).
         error: Set when the row could not even be split into values (ragged CSV row, bad JSON).
+        raw: The row's raw text when it is bad (at most :data:`MAX_RAW_CHARS` characters), for
+            the dead letter.
 
     """
 
@@ -57,6 +59,19 @@ class RawRow:
     row: int
     values: dict[str, Any]
     error: str | None = None
+    raw: str | None = None
+
+
+#: How much of a bad row's raw text goes to the dead letter.
+MAX_RAW_CHARS = 4096
+#: A quoted CSV field may span lines, up to this many lines and bytes per record; past either,
+#: the record is bad (reported at its first line) and reading resumes at the line after it.
+MAX_RECORD_LINES = 1000
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= MAX_RAW_CHARS else text[:MAX_RAW_CHARS] + "...[truncated]"
 
 
 def _open(uri: str) -> IO[bytes]:
@@ -261,38 +276,88 @@ def _marker_error(text: str, errors: list[str]) -> str | None:
 
 
 def _read_csv(uri: str, options: ReadOptions) -> Iterator[RawRow]:
+    """CSV/TSV records; a syntax error (unterminated or stray quote, ragged row) costs one row.
+
+    A record is complete when its quote characters balance (opening and closing quotes and
+    doubled quotes come in pairs), so a quoted field may span lines, up to
+    :data:`MAX_RECORD_LINES` lines and :data:`MAX_RECORD_BYTES`. Each record is parsed on its own
+    with the strict dialect. A record that does not parse, or a quote still open past the bound,
+    at the end of the file or before an unreadable line, makes only its first line bad: it is
+    reported there with its raw text, and reading resumes at the next line, so the lines that
+    were read ahead are read again as records of their own and no good row after it is lost.
+    """
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
     errors: list[str] = []
-    reader = csv.reader(_lines(uri, options, errors), delimiter=delimiter)
-    try:
-        header = next(reader, None)
-    except csv.Error as exc:
-        raise InputError(f"{uri}: header line: CSV syntax error: {exc}") from None
-    line_no = reader.line_num  # the header's lines: a bad first record is reported after them
-    try:
+    numbered = enumerate(_lines(uri, options, errors), start=1)
+    pending: list[tuple[int, str]] = []  # lines read ahead, to read again (last = next)
+    header: list[str] | None = None
+
+    def take() -> tuple[int, str] | None:
+        return pending.pop() if pending else next(numbered, None)
+
+    def bad(line_no: int, parts: list[str], reason: str) -> RawRow:
+        pending.extend(reversed([(line_no + i, t) for i, t in enumerate(parts[1:], 1)]))
+        return RawRow(uri, line_no, {}, reason, _cap(parts[0]))
+
+    while (first := take()) is not None:
+        line_no, text = first
+        marker = _marker_error(text, errors)
+        if marker:
+            if header is None:
+                raise InputError(f"{uri}: header line: {marker}")
+            yield RawRow(uri, line_no, {}, marker)
+            continue
+        parts, open_quote = [text], text.count('"') % 2 == 1
+        while open_quote and len(parts) < MAX_RECORD_LINES:
+            nxt = take()
+            if nxt is None or _marker_error(nxt[1], errors):
+                if nxt is not None:
+                    pending.append(nxt)
+                break
+            parts.append(nxt[1])
+            open_quote ^= nxt[1].count('"') % 2 == 1
+            if sum(map(len, parts)) > MAX_RECORD_BYTES:
+                break
+        if open_quote:
+            if header is None:
+                raise InputError(f"{uri}: header line: unterminated quote")
+            yield bad(
+                line_no, parts, f"unterminated quote: still open after {len(parts)} line(s) "
+                f"(a quoted field may span at most {MAX_RECORD_LINES} lines and "
+                f"{MAX_RECORD_BYTES} bytes)",
+            )  # fmt: skip
+            continue
+        record = "".join(parts)
         if header is None:
-            return
-        if header and _marker_error(header[0], errors):
-            raise InputError(f"{uri}: header line: {_marker_error(header[0], errors)}")
-        header = [h.strip() for h in header]
-        if not any(header):
-            raise InputError(f"{uri}: the first line must be a header with column names")
-        for fields in reader:
-            line_no = reader.line_num
-            if not fields:
+            if not record.strip():
                 continue
-            marker = _marker_error(fields[0], errors) if len(fields) == 1 else None
-            if marker:
-                yield RawRow(uri, line_no, {}, marker)
-                continue
-            if len(fields) != len(header):
-                yield RawRow(
-                    uri, line_no, {}, f"row has {len(fields)} fields, header has {len(header)}"
-                )
-                continue
+            fields = _parse_record(record, delimiter)
+            if not fields or not any(f.strip() for f in fields):
+                raise InputError(f"{uri}: the first line must be a header with column names")
+            header = [f.strip() for f in fields]
+            continue
+        if not record.strip("\r\n"):
+            continue
+        fields = _parse_record(record, delimiter)
+        if fields is None:
+            yield bad(
+                line_no, parts, "CSV syntax error: a quote inside a field or after a quoted "
+                "field (quote the whole field and double the quotes inside it)",
+            )  # fmt: skip
+        elif len(fields) != len(header):
+            yield bad(line_no, parts, f"row has {len(fields)} fields, header has {len(header)}")
+        else:
             yield RawRow(uri, line_no, dict(zip(header, fields, strict=True)))
-    except csv.Error as exc:
-        yield RawRow(uri, line_no + 1, {}, f"CSV syntax error: {exc}; rest of file skipped")
+
+
+def _parse_record(text: str, delimiter: str) -> list[str] | None:
+    """The fields of one complete record, or None when it is not valid CSV (strict dialect)."""
+    if '"' not in text:
+        return text.rstrip("\r\n").split(delimiter)
+    try:
+        return next(csv.reader([text], delimiter=delimiter, strict=True), [])
+    except csv.Error:
+        return None
 
 
 def _decode_error(options: ReadOptions, exc: UnicodeDecodeError) -> str:
@@ -323,10 +388,14 @@ def _read_jsonl(uri: str, options: ReadOptions) -> Iterator[RawRow]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            yield RawRow(uri, line_no, {}, f"invalid JSON: {exc.msg} at column {exc.colno}")
+            yield RawRow(
+                uri, line_no, {}, f"invalid JSON: {exc.msg} at column {exc.colno}", _cap(line)
+            )
             continue
         if not isinstance(obj, dict):
-            yield RawRow(uri, line_no, {}, f"expected a JSON object, got {type(obj).__name__}")
+            yield RawRow(
+                uri, line_no, {}, f"expected a JSON object, got {type(obj).__name__}", _cap(line)
+            )
             continue
         yield RawRow(uri, line_no, obj)
 
