@@ -1,4 +1,4 @@
-"""TFRecord framing: ``uint64 length, uint32 masked CRC32C(length), data, uint32 masked CRC32C(data)``.
+"""TFRecord framing: ``uint64 length, masked CRC32C(length), data, masked CRC32C(data)``.
 
 The format TensorFlow's ``TFRecordWriter`` writes, read and written here without TensorFlow or
 Beam (the trainer images carry neither Beam nor its private helpers), with the C CRC32C of
