@@ -133,3 +133,25 @@ def test_submit_param_parsing():
         parse_params(["nope=1"])
     with pytest.raises(ValueError, match="expected a Integer"):
         parse_params(["epochs=many"])
+
+
+def test_shard_unknown_flag_is_an_error_and_beam_options_follow_the_separator(tmp_path):
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli import main
+
+    r = CliRunner().invoke(
+        main, ["shard", "--input", "x.csv", "--output", str(tmp_path), "--lable", "species"]
+    )
+    assert r.exit_code == 2
+    assert "No such option '--lable'" in r.output and "--label" in r.output
+    r = CliRunner().invoke(
+        main,
+        ["shard", "--input", str(tmp_path / "raw.csv"), "--output", str(tmp_path / "out"),
+         "--", "--runner", "DataflowRunner", "--project", "p"],
+    )  # fmt: skip
+    assert r.exit_code == 2
+    assert r.output.strip() == (
+        f"error: --input {tmp_path / 'raw.csv'} is a local path but --runner DataflowRunner runs "
+        "on remote workers that cannot see this machine's disk: use a gs:// path"
+    )

@@ -105,3 +105,37 @@ def test_manifest_loader_on_raw_bytes(data):
         assert str(exc).startswith("m.json: ")
     else:
         assert isinstance(manifest, dict)
+
+
+_CELL = st.text(alphabet=string.ascii_letters + string.digits + " ,\n\"'", max_size=8)
+_BAD_ROWS = [
+    '"unterminated,1,2\n',  # a quote opened and never closed
+    '"x"y,1,2\n',  # text after a closing quote
+    '1,"two"three,4\n',  # a stray quote closing a field early
+    "short,row\n",
+    "one,too,many,columns\n",
+]
+
+
+def _quoted(cell: str) -> str:
+    return '"' + cell.replace('"', '""') + '"'
+
+
+@SETTINGS
+@given(
+    st.lists(st.tuples(_CELL, _CELL, _CELL), min_size=1, max_size=12),
+    st.lists(st.tuples(st.integers(0, 12), st.sampled_from(_BAD_ROWS)), max_size=4),
+)
+@example(good=[("a", "b", "c")] * 3, bad=[(1, '"unterminated,1,2\n')])
+def test_csv_keeps_every_good_row_around_bad_ones(tmp_path, good, bad):
+    """Whatever bad records are inserted between well-formed ones (quoted fields may hold
+    delimiters, quotes and newlines), every good record comes out, each bad one costs itself."""
+    lines = [",".join(_quoted(c) for c in row) + "\n" for row in good]
+    for position, text in sorted(bad, reverse=True):
+        lines.insert(min(position, len(lines)), text)
+    path = tmp_path / "f.csv"
+    path.write_text("a,b,c\n" + "".join(lines))
+    rows = list(sources.read_rows(str(path), sources.ReadOptions(format="csv")))
+    kept = [(r.values["a"], r.values["b"], r.values["c"]) for r in rows if not r.error]
+    assert kept == [tuple(row) for row in good]
+    assert sum(1 for r in rows if r.error) == len(bad)

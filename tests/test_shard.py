@@ -165,3 +165,44 @@ def test_writes_to_gcs_emulator(gcs_bucket, jsonl_file):
     assert s["records"] == 200
     total = sum(x["records"] for x in s["shards"])
     assert total == 200
+
+
+def test_a_real_table_with_syntax_errors_in_the_middle_keeps_every_other_row(tmp_path):
+    """Palmer penguins (344 real rows) with an unterminated quote, a short row and an extra
+    column inserted in the middle: each costs exactly its own row, reported at its first line
+    with its raw text; every one of the 344 rows is kept."""
+    from tfrecord_suite import demo_data
+
+    clean = demo_data.write_penguins(str(tmp_path / "clean.csv"))
+    lines = open(clean).read().splitlines(keepends=True)
+    header, rows = lines[0], lines[1:]
+    width = header.count(",") + 1
+    bad = {
+        100: '"Adelie,Torgersen,39.1,18.7,181,3750,male,2007\n',  # the quote never closes
+        200: "Gentoo,Biscoe\n",  # short
+        300: ",".join(["x"] * (width + 1)) + "\n",  # an extra column
+    }
+    out_lines = [header]
+    for i, row in enumerate(rows):
+        if i in bad:
+            out_lines.append(bad[i])
+        out_lines.append(row)
+    dirty = tmp_path / "dirty.csv"
+    dirty.write_text("".join(out_lines))
+    out = str(tmp_path / "out")
+    result = run_shard(
+        ShardConfig(input=str(dirty), output=out, label="species", max_bad_fraction=0.01)
+    )
+    assert result["records"] == len(rows) == 344
+    assert result["bad_rows"] == 3
+    letters = [
+        json.loads(x)
+        for x in storage.read_text(os.path.join(out, "dead_letter.jsonl")).splitlines()
+    ]
+    by_row = {d["row"]: d for d in letters}
+    # file line numbers: the header is line 1, and each inserted row shifts the later ones
+    assert sorted(by_row) == [102, 203, 304]
+    assert "unterminated quote" in by_row[102]["reason"]
+    assert by_row[102]["raw"] == bad[100]
+    assert by_row[203]["reason"] == f"row has 2 fields, header has {width}"
+    assert by_row[304]["raw"] == bad[300]

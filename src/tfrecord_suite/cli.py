@@ -110,7 +110,7 @@ def _shard_config_cls() -> type:
     return ShardConfig
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
+@main.command()
 @cliutil.dataclass_options(_shard_config_cls(), exclude=("beam_args",))
 @json_option
 @click.argument("beam_args", nargs=-1, type=click.UNPROCESSED)
@@ -118,8 +118,9 @@ def _shard_config_cls() -> type:
 def shard(as_json: bool, beam_args: tuple[str, ...], **values: Any) -> None:
     """Shard raw data into TFRecord files with Apache Beam.
 
-    Extra arguments after the flags (best after `--`) are Beam pipeline options, e.g.
-    `-- --runner DataflowRunner --project P --region R --temp_location gs://b/tmp`.
+    Beam pipeline options go after `--`, e.g.
+    `-- --runner DataflowRunner --project P --region R --temp_location gs://b/tmp`; before it,
+    an unknown flag is an error (a misspelt flag is never passed to Beam, which would drop it).
     """
     from tfrecord_suite.shard.step import ShardConfig, run_shard
 
