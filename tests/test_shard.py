@@ -9,7 +9,7 @@ import pytest
 from conftest import write_csv
 from tfrecord_suite import storage
 from tfrecord_suite.schema import Schema, parse_spec
-from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard
+from tfrecord_suite.shard.step import ShardConfig, ShardError, read_dead_letters, run_shard
 
 
 def read_all(output: str, split: str, gzip: bool = False) -> list[dict]:
@@ -72,11 +72,13 @@ def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
     out = str(tmp_path / "ok")
     s = run_shard(ShardConfig(input=path, output=out, max_bad_fraction=0.05))
     assert s["records"] == 200 and s["bad_rows"] == 2
-    dead = [
-        json.loads(x)
-        for x in storage.read_text(os.path.join(out, "dead_letter.jsonl")).splitlines()
-    ]
+    dead = list(read_dead_letters(out))
     assert {(d["row"], d["field"]) for d in dead} == {(202, "x"), (203, None)}
+    # written by Beam as JSON-lines shards beside the output; the summary names their pattern
+    assert s["dead_letter"] == os.path.join(out, "dead_letter-*-of-*.jsonl")
+    assert s["dead_letter_files"] and all(
+        os.path.isfile(os.path.join(out, n)) for n in s["dead_letter_files"]
+    )
     assert "not a number" in dead[0]["reason"] or "not a number" in dead[1]["reason"]
     out2 = str(tmp_path / "strict")
     with pytest.raises(ShardError, match=r"2 of 202 rows.*in.csv row 20[23]") as err:
@@ -195,10 +197,7 @@ def test_a_real_table_with_syntax_errors_in_the_middle_keeps_every_other_row(tmp
     )
     assert result["records"] == len(rows) == 344
     assert result["bad_rows"] == 3
-    letters = [
-        json.loads(x)
-        for x in storage.read_text(os.path.join(out, "dead_letter.jsonl")).splitlines()
-    ]
+    letters = list(read_dead_letters(out))
     by_row = {d["row"]: d for d in letters}
     # file line numbers: the header is line 1, and each inserted row shifts the later ones
     assert sorted(by_row) == [102, 203, 304]

@@ -10,6 +10,14 @@ SHARD_RE = re.compile(
 )
 GZIP_SUFFIX = ".gz"
 
+#: Dead letters: JSON-lines shards Beam writes beside the output, named by the same
+#: ``-00000-of-00004`` numbering (Beam's shard template spells it ``-SSSSS-of-NNNNN``).
+DEAD_LETTER_PREFIX = "dead_letter"
+DEAD_LETTER_SUFFIX = ".jsonl"
+BEAM_SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
+DEAD_LETTER_RE = re.compile(r"^dead_letter-\d{5}-of-\d{5}\.jsonl$")
+DEAD_LETTER_GLOB = "dead_letter-*-of-*.jsonl"
+
 
 def shard_name(split: str, index: int, count: int, gzip: bool = False) -> str:
     """The file name of shard ``index`` of ``count`` in ``split``."""

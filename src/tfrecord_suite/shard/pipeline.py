@@ -339,9 +339,48 @@ class ShardToTFRecords(beam.PTransform):
             | "MergeStats" >> beam.CombineGlobally(_merge_split_stats)
             | "SaveStats" >> WriteJson(join(self._temp_dir, "_stats.json"))
         )
+        # dead letters stay distributed: Beam writes them as JSON-lines shards, and only their
+        # count and first entry (by file and row) reach the launcher
         (
             outputs.dead_letter
-            | "CollectDeadLetters" >> beam.combiners.ToList()
-            | "SaveDeadLetters" >> WriteJson(join(self._temp_dir, "_dead_letter.json"))
+            | "FormatDeadLetters" >> beam.Map(lambda d: json.dumps(d, sort_keys=True))
+            | "WriteDeadLetters"
+            >> beam.io.WriteToText(
+                join(self._temp_dir, naming.DEAD_LETTER_PREFIX),
+                file_name_suffix=naming.DEAD_LETTER_SUFFIX,
+                shard_name_template=naming.BEAM_SHARD_TEMPLATE,
+            )
+        )
+        (
+            outputs.dead_letter
+            | "SummarizeDeadLetters" >> beam.CombineGlobally(DeadLetterSummaryFn())
+            | "SaveDeadLetterSummary" >> WriteJson(join(self._temp_dir, "_dead_letter.json"))
         )
         return {"shards": shards, "plan": shard_plan}
+
+
+class DeadLetterSummaryFn(beam.CombineFn):
+    """Dead letters -> ``{"count", "first"}``: their number and the first by file and row."""
+
+    def create_accumulator(self) -> tuple[int, dict[str, Any] | None]:
+        return 0, None
+
+    def add_input(
+        self, acc: tuple[int, dict[str, Any] | None], letter: dict[str, Any]
+    ) -> tuple[int, dict[str, Any] | None]:
+        return self.merge_accumulators([acc, (1, letter)])
+
+    def merge_accumulators(
+        self, accs: Iterable[tuple[int, dict[str, Any] | None]]
+    ) -> tuple[int, dict[str, Any] | None]:
+        count, first = 0, None
+        for n, letter in accs:
+            count += n
+            if letter is not None and (
+                first is None or (letter["file"], letter["row"]) < (first["file"], first["row"])
+            ):
+                first = letter
+        return count, first
+
+    def extract_output(self, acc: tuple[int, dict[str, Any] | None]) -> dict[str, Any]:
+        return {"count": acc[0], "first": acc[1]}

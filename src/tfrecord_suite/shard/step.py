@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tfrecord_suite import naming, storage
@@ -28,7 +28,6 @@ _LOG = logging.getLogger(__name__)
 SCHEMA_FILE = "schema.json"
 SUMMARY_FILE = "summary.json"
 SUMMARY_MD = "summary.md"
-DEAD_LETTER_FILE = "dead_letter.jsonl"
 SAMPLE_ROWS = 2000
 SAMPLE_FILES = 8
 
@@ -341,17 +340,14 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     written = {(s["split"], s["index"]): s for s in load("_shards.json")}
     stats = {k: convert.finalize_stats(v) for k, v in load("_stats.json").items()}
     dead = load("_dead_letter.json")
+    bad_rows, first_bad = dead["count"], dead["first"]
 
     shards = _move_shards_into_place(temp_dir, output, shard_plan, written, config.gzip)
-    if dead:
-        storage.write_text(
-            storage.join(output, DEAD_LETTER_FILE),
-            "".join(json.dumps(d, sort_keys=True) + "\n" for d in dead),
-        )
+    dead_letter_files = _move_dead_letters_into_place(temp_dir, output, bad_rows)
     storage.delete_tree(temp_dir)
 
     schema = _finalize_schema(schema, stats)
-    rows_total = sum(s["count"] for s in stats.values()) + len(dead)
+    rows_total = sum(s["count"] for s in stats.values()) + bad_rows
     summary = {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "input": config.input,
@@ -365,9 +361,10 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
         "shards": shards,
         "statistics": stats,
         "records": sum(s["count"] for s in stats.values()),
-        "bad_rows": len(dead),
+        "bad_rows": bad_rows,
         "rows_read": rows_total,
-        "dead_letter": storage.join(output, DEAD_LETTER_FILE) if dead else None,
+        "dead_letter": storage.join(output, naming.DEAD_LETTER_GLOB) if bad_rows else None,
+        "dead_letter_files": dead_letter_files,
         "input_fingerprint": input_fingerprint(files),
         "beam_metrics": metrics,
         "seconds": round(time.monotonic() - started, 3),
@@ -380,16 +377,42 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
 
     if rows_total == 0:
         raise ShardError(f"input {config.input!r} holds no rows; nothing to shard")
-    bad_fraction = len(dead) / rows_total
+    bad_fraction = bad_rows / rows_total
     if bad_fraction > config.max_bad_fraction:
-        first = dead[0]
         raise ShardError(
-            f"{len(dead)} of {rows_total} rows ({bad_fraction:.1%}) were bad, above "
-            f"--max-bad-fraction {config.max_bad_fraction:g}; first: {first['file']} row "
-            f"{first['row']}: {first['reason']}. Good records were written; see "
+            f"{bad_rows} of {rows_total} rows ({bad_fraction:.1%}) were bad, above "
+            f"--max-bad-fraction {config.max_bad_fraction:g}; first: {first_bad['file']} row "
+            f"{first_bad['row']}: {first_bad['reason']}. Good records were written; see "
             f"{summary['dead_letter']}"
         )
     return summary
+
+
+def _move_dead_letters_into_place(temp_dir: str, output: str, bad_rows: int) -> list[str]:
+    """Rename Beam's dead-letter shards beside the output (or drop them when there are none)."""
+    names = [
+        storage.basename(f.uri)
+        for f in storage.list_files(temp_dir, recursive=False)
+        if naming.DEAD_LETTER_RE.match(storage.basename(f.uri))
+    ]
+    if not bad_rows:
+        return []
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.rename(
+        [storage.join(temp_dir, n) for n in names], [storage.join(output, n) for n in names]
+    )
+    return sorted(names)
+
+
+def read_dead_letters(output: str) -> Iterator[dict[str, Any]]:
+    """Every dead letter of a shard step's output, shard by shard (streamed, never all held)."""
+    for f in storage.list_files(output, recursive=False):
+        if naming.DEAD_LETTER_RE.match(storage.basename(f.uri)):
+            with storage.open_read(f.uri) as fh:
+                for line in fh:
+                    if line.strip():
+                        yield json.loads(line)
 
 
 def _prepare_output(output: str, overwrite: bool) -> None:
