@@ -122,6 +122,27 @@ def _printable(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class ListInputs(beam.PTransform):
+    """One input URI (file, folder, glob or ``gs://`` prefix) -> the URIs of its files.
+
+    The listing runs inside the pipeline, by the same rules as the launcher's
+    (:func:`~tfrecord_suite.shard.sources.resolve_inputs`: hidden files and markers skipped), so
+    the job graph carries one URI, not a list of 100,000 files (Dataflow caps a graph's size).
+    """
+
+    def expand(self, uri: beam.PCollection) -> beam.PCollection:
+        from tfrecord_suite.shard.sources import resolve_inputs
+
+        listed = Metrics.counter(NAMESPACE, "input_files_listed")
+
+        def list_files(input_uri: str) -> Iterator[str]:
+            for info in resolve_inputs(input_uri):
+                listed.inc()
+                yield info.uri
+
+        return uri | "List" >> beam.FlatMap(list_files)
+
+
 class ReadAndConvert(beam.PTransform):
     """Input file URIs -> tagged outputs ``records`` (chunks), ``stats`` and ``dead_letter``."""
 

@@ -296,7 +296,7 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_suite.shard.pipeline import ShardToTFRecords
+    from tfrecord_suite.shard.pipeline import ListInputs, ShardToTFRecords
 
     config.validate()
     started = time.monotonic()
@@ -316,7 +316,8 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     pipeline = beam.Pipeline(options=options)
     _ = (
         pipeline
-        | "ListInputs" >> beam.Create([f.uri for f in files])
+        | "Input" >> beam.Create([config.input])
+        | "ListInputs" >> ListInputs()
         | "ShardToTFRecords"
         >> ShardToTFRecords(
             schema=schema,
@@ -332,6 +333,12 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     result = pipeline.run()
     result.wait_until_finish()
     metrics = _beam_counters(result)
+    listed = metrics.get("input_files_listed")
+    if listed is not None and listed != len(files):
+        raise ShardError(
+            f"input {config.input} changed while it was sharded: {len(files)} files were "
+            f"fingerprinted, the pipeline listed {listed}; rerun the step"
+        )
 
     def load(name: str) -> Any:
         return json.loads(storage.read_text(storage.join(temp_dir, name)))
