@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,16 @@ from collections.abc import Iterator
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def stop_process(process: subprocess.Popen, timeout: float) -> None:
+    """Terminate a server process; kill it if it has not ended after ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _free_port() -> int:
@@ -115,12 +126,7 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=5)
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from conftest import stop_process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STANDINS = os.path.join(ROOT, "containers", "standins")
 CONTAINERS_CONF = os.path.join(STANDINS, "containers.conf")
@@ -81,11 +83,7 @@ def podman_service(workdir: str) -> Iterator[str]:
     try:
         yield f"unix://{sock}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=15)
         log.close()
 
 
