@@ -81,3 +81,30 @@ def test_trainer_images_run_tf_data_under_tcmalloc(path):
     text = open(os.path.join(ROOT, path)).read()
     assert f"ENV LD_PRELOAD={IMAGE_TCMALLOC}" in text
     assert re.search(r"apt-get install [^\n]*libtcmalloc-minimal4", text)
+
+
+def test_images_install_dependencies_from_pyproject_before_the_sources():
+    """Dependencies come from pyproject.toml alone (one definition), in a layer before `COPY
+    src`, so a code change rebuilds only the package layer."""
+    import tomllib
+
+    sys.path.insert(0, os.path.join(ROOT, "containers"))
+    try:
+        from pyproject_deps import dependencies
+    finally:
+        sys.path.pop(0)
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        pyproject = tomllib.load(fh)
+    deps = dependencies(pyproject, ["shard", "train", "tfds"])
+    assert deps[:2] == ["kfp==2.17.0", "kfp-kubernetes==2.17.0"]
+    for pin in ("apache-beam[gcp]==2.77.0", "tensorflow-cpu==2.21.0", "pydantic>=2,<3"):
+        assert deps.count(pin) == 1, pin
+    assert not any(d.startswith("tfrecord-suite") for d in deps)
+    gpu = dependencies(pyproject, ["gpu"])
+    assert "tensorflow[and-cuda]==2.21.0" in gpu and "tensorflow-cpu==2.21.0" not in gpu
+    for path in DOCKERFILES:
+        text = open(path).read()
+        if "pyproject_deps.py" not in text:
+            continue
+        assert text.index("pyproject_deps.py pyproject.toml") < text.index("COPY src ./src")
+        assert "pip install --no-deps ." in text[text.index("COPY src ./src") :]
