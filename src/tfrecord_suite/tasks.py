@@ -124,8 +124,10 @@ def shard_task(
     from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
 
     _setup_logging()
-    target = staging_uri(registry_root, dataset_name, _run_key(run_id, fingerprint[:16] or "run"))
     with _final_on_bad_input("shard", ShardError):
+        target = staging_uri(
+            registry_root, dataset_name, _run_key(run_id, fingerprint[:16] or "run")
+        )
         if fingerprint and fingerprint_task(input_uri) != fingerprint:
             raise ShardError(
                 f"input {input_uri} changed since it was fingerprinted; rerun the pipeline"
