@@ -206,10 +206,12 @@ def test_killed_trainer_resumes_from_backup(published_digits, tmp_path):
 
 
 def test_train_step_refuses_a_ref_whose_digest_changed(published_digits, tmp_path):
-    """The kfp step is cached on (ref, digest); a ref that names other data must not train."""
+    """The kfp step is cached on (ref, digest); a ref that names other data must not train, and
+    the error says that Kubeflow's retry will not help."""
     from tfrecord_suite import tasks
+    from tfrecord_suite.errors import RetryWillNotHelp
 
-    with pytest.raises(TrainError, match="expected 0000000000000000"):
+    with pytest.raises(RetryWillNotHelp, match="expected 0000000000000000.*will not help") as err:
         tasks.train_task(
             dataset_ref=published_digits["ref"],
             dataset_digest="0" * 64,
@@ -224,3 +226,4 @@ def test_train_step_refuses_a_ref_whose_digest_changed(published_digits, tmp_pat
             classification_metrics=None,
             report=None,
         )
+    assert isinstance(err.value.__cause__, TrainError)
