@@ -211,7 +211,7 @@ def test_train_step_refuses_a_ref_whose_digest_changed(published_digits, tmp_pat
     from tfrecord_suite import tasks
     from tfrecord_suite.errors import RetryWillNotHelp
 
-    with pytest.raises(RetryWillNotHelp, match="expected 0000000000000000.*will not help") as err:
+    with pytest.raises(RetryWillNotHelp, match=r"expected 0000000000000000.*will not help") as err:
         tasks.train_task(
             dataset_ref=published_digits["ref"],
             dataset_digest="0" * 64,
