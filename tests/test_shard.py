@@ -53,15 +53,57 @@ def test_penguins_csv_to_shards_readable_with_written_spec(tmp_path, penguins_cs
     assert "| train |" in md and "bill_length_mm" in md
 
 
+def _same_shards(a: str, b: str, expected: int) -> None:
+    names = sorted(n for n in os.listdir(a) if n.endswith(".tfrecord"))
+    assert len(names) == expected
+    assert names == sorted(n for n in os.listdir(b) if n.endswith(".tfrecord"))
+    for n in names:
+        with open(os.path.join(a, n), "rb") as fa, open(os.path.join(b, n), "rb") as fb:
+            assert fa.read() == fb.read(), n
+
+
 def test_same_input_gives_identical_bytes(tmp_path, jsonl_file):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     run_shard(ShardConfig(input=jsonl_file, output=a, num_shards=3))
     run_shard(ShardConfig(input=jsonl_file, output=b, num_shards=3))
-    names = sorted(n for n in os.listdir(a) if n.endswith(".tfrecord"))
-    assert len(names) == 9
-    for n in names:
-        with open(os.path.join(a, n), "rb") as fa, open(os.path.join(b, n), "rb") as fb:
-            assert fa.read() == fb.read(), n
+    _same_shards(a, b, 9)
+
+
+@pytest.mark.slow
+def test_disk_and_beam_shuffles_write_identical_shards(tmp_path):
+    """The disk-backed shuffle (flat memory on one machine) and the runner's shuffle group the
+    same records into the same shards, byte for byte, with one worker or two processes."""
+    from tfrecord_suite.bench import make_csv
+
+    raw = make_csv(str(tmp_path / "raw"), rows=6000, files=3)
+    beam = str(tmp_path / "beam")
+    run_shard(ShardConfig(input=raw, output=beam, num_shards=5, shuffle="beam"))
+    disk = str(tmp_path / "disk")
+    s = run_shard(ShardConfig(input=raw, output=disk, num_shards=5, shuffle="disk"))
+    assert s["records"] == 6000
+    _same_shards(beam, disk, 15)
+    two = str(tmp_path / "two")
+    run_shard(
+        ShardConfig(
+            input=raw, output=two, num_shards=5, shuffle="disk",
+            beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        )
+    )  # fmt: skip
+    _same_shards(beam, two, 15)
+
+
+def test_disk_shuffle_needs_a_local_runner(tmp_path):
+    from tfrecord_suite.errors import UserError
+
+    with pytest.raises(UserError, match="--shuffle disk needs a runner on this machine"):
+        ShardConfig(
+            input="gs://b/raw", output="gs://b/out", shuffle="disk",
+            beam_args=["--runner=DataflowRunner"],
+        ).validate()  # fmt: skip
+    assert not ShardConfig(
+        input="gs://b/raw", output="gs://b/o", beam_args=["--runner=DataflowRunner"]
+    ).uses_disk_shuffle()
+    assert ShardConfig(input="a", output="b").uses_disk_shuffle()
 
 
 def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):

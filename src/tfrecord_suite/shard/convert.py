@@ -84,8 +84,12 @@ def key_digest(key: bytes) -> bytes:
 
 
 def shard_index(digest: bytes, num_shards: int) -> int:
-    """The shard of a record within its split."""
-    return int.from_bytes(digest[8:16], "big") % num_shards
+    """The shard of a record within its split: a range of the hash's bytes 8-15.
+
+    Ranges, not a remainder, so that finer ranges of the same hash (the disk-backed shuffle's
+    buckets, :mod:`tfrecord_suite.shard.spill`) nest inside shards.
+    """
+    return (int.from_bytes(digest[8:16], "big") * num_shards) >> 64
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ byte for identical input on any runner.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable, Iterator
@@ -25,17 +26,35 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrecord_suite import framing, naming
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard import convert, plan
 from tfrecord_suite.shard.sources import ReadOptions, read_rows
+from tfrecord_suite.shard.spill import SpillWriter, read_shard
 
 NAMESPACE = "tfrecord_suite.shard"
 CHUNK_RECORDS = 2048
 _LOG = logging.getLogger(__name__)
 
 Chunk = list[tuple[str, bytes, bytes]]  # (split, digest, serialized example)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spill:
+    """Where the disk-backed shuffle keeps its buckets (see :mod:`tfrecord_suite.shard.spill`).
+
+    Attributes:
+        dir: A local folder every worker of the runner can reach.
+        buckets: Hash buckets, from :func:`tfrecord_suite.shard.spill.bucket_count`.
+
+    """
+
+    dir: str
+    buckets: int
 
 
 class _ReadConvertFn(beam.DoFn):
@@ -48,12 +67,15 @@ class _ReadConvertFn(beam.DoFn):
         splits: str,
         key_column: str | None,
         image: convert.ImageOptions,
+        spill: Spill | None = None,
     ):
         self._schema_json = schema_json
         self._read = read
         self._splits = splits
         self._key_column = key_column
         self._image = image
+        self._spill = spill
+        self._writer: SpillWriter | None = None
         self.files = Metrics.counter(NAMESPACE, "files_read")
         self.rows = Metrics.counter(NAMESPACE, "rows_read")
         self.good = Metrics.counter(NAMESPACE, "records_converted")
@@ -65,6 +87,24 @@ class _ReadConvertFn(beam.DoFn):
         self._converter = convert.RowConverter(
             self._schema, convert.SplitSpec.parse(self._splits), self._key_column, self._image
         )
+
+    def start_bundle(self) -> None:
+        if self._spill is not None:
+            self._writer = SpillWriter(self._spill.dir, self._spill.buckets)
+
+    def finish_bundle(self) -> Iterator[Any]:
+        if self._writer is not None and self._writer.sizes:
+            self._writer.flush()
+            # only a bundle that completed names its spill files to the shard writers
+            yield beam.pvalue.TaggedOutput(
+                "spilled",
+                WindowedValue(
+                    {"bundle": self._writer.bundle, "sizes": self._writer.sizes},
+                    MIN_TIMESTAMP,
+                    [GlobalWindow()],
+                ),
+            )
+        self._writer = None
 
     def process(self, uri: str) -> Iterator[Any]:
         stats: dict[str, dict[str, Any]] = {}
@@ -90,14 +130,14 @@ class _ReadConvertFn(beam.DoFn):
                 continue
             pending.append(rec)
             if len(pending) >= CHUNK_RECORDS:
-                yield self._flush(pending, stats)
+                yield from self._flush(pending, stats)
                 pending = []
         if pending:
-            yield self._flush(pending, stats)
+            yield from self._flush(pending, stats)
         self.rows.inc(rows)
         yield beam.pvalue.TaggedOutput("stats", stats)
 
-    def _flush(self, pending: list[convert.Converted], stats: dict[str, Any]) -> Chunk:
+    def _flush(self, pending: list[convert.Converted], stats: dict[str, Any]) -> Iterator[Chunk]:
         by_split: dict[str, list[convert.Converted]] = {}
         for rec in pending:
             by_split.setdefault(rec.split, []).append(rec)
@@ -105,10 +145,13 @@ class _ReadConvertFn(beam.DoFn):
             if split not in stats:
                 stats[split] = convert.new_split_stats()
             convert.update_stats_batch(stats[split], self._schema, recs)
-        chunk = [(r.split, r.digest, r.data) for r in pending]
-        self.good.inc(len(chunk))
+        self.good.inc(len(pending))
         self.sizes.update(sum(len(r.data) for r in pending) // len(pending))
-        return chunk
+        if self._writer is not None:
+            for r in pending:
+                self._writer.add(r.split, r.digest, r.data)
+        else:
+            yield [(r.split, r.digest, r.data) for r in pending]
 
 
 def _printable(values: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +187,11 @@ class ListInputs(beam.PTransform):
 
 
 class ReadAndConvert(beam.PTransform):
-    """Input file URIs -> tagged outputs ``records`` (chunks), ``stats`` and ``dead_letter``."""
+    """Input file URIs -> tagged outputs ``records`` (chunks), ``stats`` and ``dead_letter``.
+
+    With a :class:`Spill`, records go to bucket files on local disk instead of ``records``, and
+    each completed bundle is announced on ``spilled`` with the sizes it wrote per split.
+    """
 
     def __init__(
         self,
@@ -153,60 +200,61 @@ class ReadAndConvert(beam.PTransform):
         splits: convert.SplitSpec,
         key_column: str | None,
         image: convert.ImageOptions,
+        spill: Spill | None = None,
     ):
         super().__init__()
-        self._fn = _ReadConvertFn(schema.to_json(), read, str(splits), key_column, image)
+        self._fn = _ReadConvertFn(schema.to_json(), read, str(splits), key_column, image, spill)
 
     def expand(self, files: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (
             files
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadConvert"
-            >> beam.ParDo(self._fn).with_outputs("stats", "dead_letter", main="records")
+            >> beam.ParDo(self._fn).with_outputs("stats", "dead_letter", "spilled", main="records")
         )
 
 
-class _SizeCombineFn(beam.CombineFn):
-    def create_accumulator(self) -> dict[str, list[int]]:
-        return {}
+def chunk_sizes(chunk: Chunk) -> dict[str, list[int]]:
+    """``split -> [records, record bytes]`` of one chunk."""
+    out: dict[str, list[int]] = {}
+    for split, _, data in chunk:
+        c = out.setdefault(split, [0, 0])
+        c[0] += 1
+        c[1] += len(data)
+    return out
 
-    def add_input(self, acc: dict[str, list[int]], chunk: Chunk) -> dict[str, list[int]]:
-        for split, _, data in chunk:
-            c = acc.setdefault(split, [0, 0])
-            c[0] += 1
-            c[1] += len(data)
-        return acc
 
-    def merge_accumulators(self, accs: Iterable[dict[str, list[int]]]) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for acc in accs:
-            for split, (n, b) in acc.items():
-                c = out.setdefault(split, [0, 0])
-                c[0] += n
-                c[1] += b
-        return out
-
-    def extract_output(self, acc: dict[str, list[int]]) -> dict[str, list[int]]:
-        return acc
+def merge_sizes(parts: Iterable[dict[str, list[int]]]) -> dict[str, list[int]]:
+    """Sum ``split -> [records, record bytes]`` dicts."""
+    out: dict[str, list[int]] = {}
+    for part in parts:
+        for split, (n, b) in part.items():
+            c = out.setdefault(split, [0, 0])
+            c[0] += n
+            c[1] += b
+    return out
 
 
 class PlanShards(beam.PTransform):
-    """Record chunks -> a single plan: split name to shard count and the reasons for it."""
+    """Sizes per split (``split -> [records, bytes]`` parts) -> one shard plan.
+
+    The plan maps each split to its shard count and the reasons for it.
+    """
 
     def __init__(self, config: plan.ShardPlanConfig, splits: tuple[str, ...]):
         super().__init__()
         self._config = config
         self._splits = splits
 
-    def expand(self, chunks: beam.PCollection) -> beam.PCollection:
+    def expand(self, sizes: beam.PCollection) -> beam.PCollection:
         config, splits = self._config, self._splits
         return (
-            chunks
-            | "MeasureSplits" >> beam.CombineGlobally(_SizeCombineFn())
+            sizes
+            | "MeasureSplits" >> beam.CombineGlobally(merge_sizes)
             | "Plan"
             >> beam.Map(
-                lambda sizes: plan.plan_shards(
-                    {k: (v[0], v[1]) for k, v in sizes.items()}, config, splits
+                lambda total: plan.plan_shards(
+                    {k: (v[0], v[1]) for k, v in total.items()}, config, splits
                 )
             )
         )
@@ -222,7 +270,7 @@ def _assign(
     yield from groups.items()
 
 
-class _WriteShardFn(beam.DoFn):
+class _ShardFileWriter(beam.DoFn):
     """Writes one shard, sorted by record hash, to a temporary name; emits what it wrote."""
 
     def __init__(self, temp_dir: str, gzip: bool):
@@ -232,12 +280,9 @@ class _WriteShardFn(beam.DoFn):
         self.shards = Metrics.counter(NAMESPACE, "shards_written")
         self.bytes = Metrics.counter(NAMESPACE, "record_bytes_written")
 
-    def process(
-        self, element: tuple[tuple[str, int], Iterable[list]], shard_plan: dict
-    ) -> Iterator[dict]:
-        (split, index), groups = element
-        records = sorted(r for group in groups for r in group)
-        count = shard_plan[split]["num_shards"]
+    def write(
+        self, split: str, index: int, count: int, records: list[tuple[bytes, bytes]]
+    ) -> dict[str, Any]:
         name = naming.shard_name(split, index, count, self._gzip)
         path = FileSystems.join(self._temp_dir, name)
         payload_bytes = sum(len(data) for _, data in records)
@@ -259,7 +304,7 @@ class _WriteShardFn(beam.DoFn):
         self.written.inc(len(records))
         self.shards.inc()
         self.bytes.inc(payload_bytes)
-        yield {
+        return {
             "split": split,
             "index": index,
             "num_shards": count,
@@ -267,6 +312,61 @@ class _WriteShardFn(beam.DoFn):
             "records": len(records),
             "record_bytes": payload_bytes,
         }
+
+
+class _WriteShardFn(_ShardFileWriter):
+    """A shard from Beam's shuffle: its record groups, sorted by record hash."""
+
+    def process(
+        self, element: tuple[tuple[str, int], Iterable[list]], shard_plan: dict
+    ) -> Iterator[dict]:
+        (split, index), groups = element
+        records = sorted(r for group in groups for r in group)
+        yield self.write(split, index, shard_plan[split]["num_shards"], records)
+
+
+class _WriteSpilledShardFn(_ShardFileWriter):
+    """A shard from the disk-backed shuffle: read from the buckets it overlaps, then sorted."""
+
+    def __init__(self, spill: Spill, temp_dir: str, gzip: bool):
+        super().__init__(temp_dir, gzip)
+        self._spill = spill
+
+    def process(
+        self, element: tuple[str, int], shard_plan: dict, bundles: list[dict]
+    ) -> Iterator[dict]:
+        split, index = element
+        count = shard_plan[split]["num_shards"]
+        ids = sorted(b["bundle"] for b in bundles)
+        records = read_shard(self._spill.dir, ids, split, index, count, self._spill.buckets)
+        yield self.write(split, index, count, records)
+
+
+class WriteSpilledShards(beam.PTransform):
+    """Plan + completed spill bundles -> shard files under ``temp_dir``; one dict per shard."""
+
+    def __init__(self, spill: Spill, temp_dir: str, gzip: bool):
+        super().__init__()
+        self._spill = spill
+        self._temp_dir = temp_dir
+        self._gzip = gzip
+
+    def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]) -> beam.PCollection:
+        shard_plan, spilled = inputs
+        return (
+            shard_plan
+            | "ListShards"
+            >> beam.FlatMap(
+                lambda p: [(split, i) for split, s in p.items() for i in range(s["num_shards"])]
+            )
+            | "SpreadShards" >> beam.Reshuffle()
+            | "WriteShard"
+            >> beam.ParDo(
+                _WriteSpilledShardFn(self._spill, self._temp_dir, self._gzip),
+                beam.pvalue.AsSingleton(shard_plan),
+                beam.pvalue.AsList(spilled),
+            )
+        )
 
 
 class WriteShards(beam.PTransform):
@@ -320,6 +420,10 @@ class WriteJson(beam.PTransform):
 class ShardToTFRecords(beam.PTransform):
     """The whole shard step: input file URIs -> shards, plan, statistics and dead letters.
 
+    Records are grouped into shards by Beam's shuffle, or with a :class:`Spill` by the
+    disk-backed one (:mod:`tfrecord_suite.shard.spill`) that keeps a single machine's memory
+    flat; the shards are byte-identical either way.
+
     Everything lands under ``temp_dir`` (``_plan.json``, ``_shards.json``, ``_stats.json``,
     ``_dead_letter.json``, and the shard files); the launcher moves it into place once the
     pipeline has succeeded.
@@ -336,18 +440,32 @@ class ShardToTFRecords(beam.PTransform):
         plan_config: plan.ShardPlanConfig,
         temp_dir: str,
         gzip: bool,
+        spill: Spill | None = None,
     ):
         super().__init__()
-        self._read_convert = ReadAndConvert(schema, read, splits, key_column, image)
+        self._read_convert = ReadAndConvert(schema, read, splits, key_column, image, spill)
         self._plan = PlanShards(plan_config, splits.names)
-        self._write = WriteShards(temp_dir, gzip)
+        self._spill = spill
+        self._write = (
+            WriteShards(temp_dir, gzip)
+            if spill is None
+            else WriteSpilledShards(spill, temp_dir, gzip)
+        )
         self._temp_dir = temp_dir
 
     def expand(self, files: beam.PCollection) -> dict[str, beam.PCollection]:
         outputs = files | "ReadAndConvert" >> self._read_convert
-        chunks = outputs.records
-        shard_plan = chunks | "PlanShards" >> self._plan
-        shards = (chunks, shard_plan) | "WriteShards" >> self._write
+        if self._spill is None:
+            chunks = outputs.records
+            shard_plan = (
+                chunks | "MeasureChunks" >> beam.Map(chunk_sizes) | "PlanShards" >> self._plan
+            )
+            shards = (chunks, shard_plan) | "WriteShards" >> self._write
+        else:
+            spilled = outputs.spilled
+            sizes = spilled | "SpilledSizes" >> beam.Map(lambda b: b["sizes"])
+            shard_plan = sizes | "PlanShards" >> self._plan
+            shards = (shard_plan, spilled) | "WriteShards" >> self._write
         join = FileSystems.join
         shard_plan | "SavePlan" >> WriteJson(join(self._temp_dir, "_plan.json"))
         (

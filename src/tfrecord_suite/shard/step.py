@@ -14,6 +14,8 @@ import hashlib
 import json
 import logging
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -122,6 +124,10 @@ class ShardConfig:
         gzip: Write GZIP-compressed shards.
         max_bad_fraction: Fail when more than this share of rows is bad (good rows are kept).
         overwrite: Replace existing output.
+        shuffle: How records are grouped into shards: ``disk`` (hash buckets on local disk, so
+            memory stays flat on runners of one machine), ``beam`` (the runner's shuffle:
+            Dataflow's, Flink's...) or ``auto`` (disk for the DirectRunner, beam otherwise).
+            The shards are byte-identical either way.
         beam_args: Extra Beam pipeline options (``--runner DataflowRunner ...``).
 
     """
@@ -145,7 +151,14 @@ class ShardConfig:
     gzip: bool = False
     max_bad_fraction: float = 0.01
     overwrite: bool = False
+    shuffle: str = "auto"
     beam_args: Sequence[str] = ()
+
+    def uses_disk_shuffle(self) -> bool:
+        """Whether records are grouped through local disk (see ``shuffle``)."""
+        if self.shuffle == "auto":
+            return beam_runner(self.beam_args).lower() in LOCAL_RUNNERS
+        return self.shuffle == "disk"
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first absurd parameter."""
@@ -169,6 +182,13 @@ class ShardConfig:
         self.plan_config()
         check_no_credentials(self.beam_args)
         check_paths_reach_runner(self.input, self.output, self.beam_args)
+        if self.shuffle not in ("auto", "disk", "beam"):
+            raise UserError(f"--shuffle {self.shuffle!r}: use auto, disk or beam")
+        if self.shuffle == "disk" and beam_runner(self.beam_args).lower() not in LOCAL_RUNNERS:
+            raise UserError(
+                f"--shuffle disk needs a runner on this machine; --runner "
+                f"{beam_runner(self.beam_args)} runs on remote workers: use --shuffle beam"
+            )
 
     def plan_config(self) -> plan.ShardPlanConfig:
         """The shard plan's inputs."""
@@ -296,7 +316,8 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_suite.shard.pipeline import ListInputs, ShardToTFRecords
+    from tfrecord_suite.shard.pipeline import ListInputs, ShardToTFRecords, Spill
+    from tfrecord_suite.shard.spill import bucket_count
 
     config.validate()
     started = time.monotonic()
@@ -312,6 +333,10 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     storage.makedirs(temp_dir)
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
 
+    spill = None
+    if config.uses_disk_shuffle():
+        estimated_shards = 2 * sum(f.size for f in files) // int(config.target_shard_mb * plan.MIB)
+        spill = Spill(tempfile.mkdtemp(prefix="tfrs-shuffle-"), bucket_count(estimated_shards))
     options = PipelineOptions(list(config.beam_args))
     pipeline = beam.Pipeline(options=options)
     _ = (
@@ -328,10 +353,15 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
             plan_config=config.plan_config(),
             temp_dir=temp_dir,
             gzip=config.gzip,
+            spill=spill,
         )
     )
-    result = pipeline.run()
-    result.wait_until_finish()
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+    finally:
+        if spill is not None:
+            shutil.rmtree(spill.dir, ignore_errors=True)
     metrics = _beam_counters(result)
     listed = metrics.get("input_files_listed")
     if listed is not None and listed != len(files):
