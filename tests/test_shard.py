@@ -247,3 +247,28 @@ def test_a_real_table_with_syntax_errors_in_the_middle_keeps_every_other_row(tmp
     assert by_row[102]["raw"] == bad[100]
     assert by_row[203]["reason"] == f"row has 2 fields, header has {width}"
     assert by_row[304]["raw"] == bad[300]
+
+
+@pytest.mark.slow
+def test_a_big_file_read_in_ranges_gives_identical_shards(tmp_path, monkeypatch):
+    """One CSV with quoted newlines and bad rows, read whole and read by many workers in ranges:
+    the same shards, byte for byte, and the same dead letters."""
+    from tfrecord_suite.shard import sources
+
+    rows = [
+        [i, f'"line one\nline two {i}"' if i % 5 == 0 else f"v{i}", "ab"[i % 2]]
+        for i in range(3000)
+    ]
+    path = tmp_path / "big.csv"
+    text = "n,note,label\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows)
+    text = text.replace("\n1500,", '\n"unterminated,1\n1500,')
+    path.write_text(text)
+    whole = str(tmp_path / "whole")
+    a = run_shard(ShardConfig(input=str(path), output=whole, num_shards=3, label="label"))
+    monkeypatch.setattr(sources, "RANGE_BYTES", 2048)
+    ranged = str(tmp_path / "ranged")
+    b = run_shard(ShardConfig(input=str(path), output=ranged, num_shards=3, label="label"))
+    assert a["beam_metrics"]["input_ranges"] == 1 and b["beam_metrics"]["input_ranges"] > 10
+    assert a["records"] == b["records"] == 3000 and a["bad_rows"] == b["bad_rows"] == 1
+    _same_shards(whole, ranged, 9)
+    assert list(read_dead_letters(whole)) == list(read_dead_letters(ranged))

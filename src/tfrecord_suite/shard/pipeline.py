@@ -33,7 +33,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from tfrecord_suite import framing, naming
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard import convert, plan
-from tfrecord_suite.shard.sources import ReadOptions, read_rows
+from tfrecord_suite.shard.sources import FileRange, ReadOptions, read_rows, split_file
 from tfrecord_suite.shard.spill import SpillWriter, read_shard
 
 NAMESPACE = "tfrecord_suite.shard"
@@ -76,7 +76,7 @@ class _ReadConvertFn(beam.DoFn):
         self._image = image
         self._spill = spill
         self._writer: SpillWriter | None = None
-        self.files = Metrics.counter(NAMESPACE, "files_read")
+        self.files = Metrics.counter(NAMESPACE, "ranges_read")
         self.rows = Metrics.counter(NAMESPACE, "rows_read")
         self.good = Metrics.counter(NAMESPACE, "records_converted")
         self.bad = Metrics.counter(NAMESPACE, "bad_rows")
@@ -106,12 +106,12 @@ class _ReadConvertFn(beam.DoFn):
             )
         self._writer = None
 
-    def process(self, uri: str) -> Iterator[Any]:
+    def process(self, part: FileRange) -> Iterator[Any]:
         stats: dict[str, dict[str, Any]] = {}
         pending: list[convert.Converted] = []
         self.files.inc()
         rows = 0
-        for row in read_rows(uri, self._read):
+        for row in read_rows(part.uri, self._read, part=part):
             rows += 1
             try:
                 rec = self._converter.convert(row)
@@ -178,16 +178,42 @@ class ListInputs(beam.PTransform):
 
         listed = Metrics.counter(NAMESPACE, "input_files_listed")
 
-        def list_files(input_uri: str) -> Iterator[str]:
+        def list_files(input_uri: str) -> Iterator[Any]:
             for info in resolve_inputs(input_uri):
                 listed.inc()
-                yield info.uri
+                yield info
 
         return uri | "List" >> beam.FlatMap(list_files)
 
 
+class SplitFiles(beam.PTransform):
+    """Input files -> the ranges workers read them in: a big file is read by many workers.
+
+    Line formats are cut at record starts, Parquet at row groups
+    (:func:`~tfrecord_suite.shard.sources.split_file`); reading the ranges gives exactly the
+    rows, and row numbers, that reading each file whole gives.
+    """
+
+    def __init__(self, read: ReadOptions):
+        super().__init__()
+        self._read = read
+
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        read = self._read
+        files_read = Metrics.counter(NAMESPACE, "files_read")
+        ranges = Metrics.counter(NAMESPACE, "input_ranges")
+
+        def split(info: Any) -> Iterator[FileRange]:
+            files_read.inc()
+            for part in split_file(info, read):
+                ranges.inc()
+                yield part
+
+        return files | "SpreadFiles" >> beam.Reshuffle() | "Split" >> beam.FlatMap(split)
+
+
 class ReadAndConvert(beam.PTransform):
-    """Input file URIs -> tagged outputs ``records`` (chunks), ``stats`` and ``dead_letter``.
+    """File ranges -> tagged outputs ``records`` (chunks), ``stats`` and ``dead_letter``.
 
     With a :class:`Spill`, records go to bucket files on local disk instead of ``records``, and
     each completed bundle is announced on ``spilled`` with the sizes it wrote per split.
@@ -205,10 +231,10 @@ class ReadAndConvert(beam.PTransform):
         super().__init__()
         self._fn = _ReadConvertFn(schema.to_json(), read, str(splits), key_column, image, spill)
 
-    def expand(self, files: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, ranges: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (
-            files
-            | "SpreadFiles" >> beam.Reshuffle()
+            ranges
+            | "SpreadRanges" >> beam.Reshuffle()
             | "ReadConvert"
             >> beam.ParDo(self._fn).with_outputs("stats", "dead_letter", "spilled", main="records")
         )
@@ -418,7 +444,7 @@ class WriteJson(beam.PTransform):
 
 
 class ShardToTFRecords(beam.PTransform):
-    """The whole shard step: input file URIs -> shards, plan, statistics and dead letters.
+    """The whole shard step: input files -> shards, plan, statistics and dead letters.
 
     Records are grouped into shards by Beam's shuffle, or with a :class:`Spill` by the
     disk-backed one (:mod:`tfrecord_suite.shard.spill`) that keeps a single machine's memory
@@ -443,6 +469,7 @@ class ShardToTFRecords(beam.PTransform):
         spill: Spill | None = None,
     ):
         super().__init__()
+        self._split_files = SplitFiles(read)
         self._read_convert = ReadAndConvert(schema, read, splits, key_column, image, spill)
         self._plan = PlanShards(plan_config, splits.names)
         self._spill = spill
@@ -454,7 +481,8 @@ class ShardToTFRecords(beam.PTransform):
         self._temp_dir = temp_dir
 
     def expand(self, files: beam.PCollection) -> dict[str, beam.PCollection]:
-        outputs = files | "ReadAndConvert" >> self._read_convert
+        ranges = files | "SplitFiles" >> self._split_files
+        outputs = ranges | "ReadAndConvert" >> self._read_convert
         if self._spill is None:
             chunks = outputs.records
             shard_plan = (

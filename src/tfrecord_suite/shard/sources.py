@@ -74,6 +74,33 @@ def _cap(text: str) -> str:
     return text if len(text) <= MAX_RAW_CHARS else text[:MAX_RAW_CHARS] + "...[truncated]"
 
 
+@dataclasses.dataclass(frozen=True)
+class FileRange:
+    """The part of one input file that one worker reads.
+
+    For line formats (CSV/TSV, JSON lines, text) a byte range whose start is where a record
+    starts; for Parquet a range of row groups.
+
+    Attributes:
+        uri: The file.
+        start: Byte offset of the first record (row group index for Parquet).
+        end: Records starting at or after this offset belong to the next range (row group
+            index for Parquet); None: to the end of the file.
+        first_row: The line (row for Parquet) number of the first record, for dead letters.
+
+    """
+
+    uri: str
+    start: int = 0
+    end: int | None = None
+    first_row: int = 1
+
+    @property
+    def whole(self) -> bool:
+        """Whether this is the whole file."""
+        return self.start == 0 and self.end is None
+
+
 def _open(uri: str) -> IO[bytes]:
     if storage.is_gcs(uri):
         from apache_beam.io.filesystems import FileSystems
@@ -201,26 +228,33 @@ class ReadOptions:
     max_line_bytes: int = 64 * 1024 * 1024
 
 
-def read_rows(uri: str, options: ReadOptions, limit: int | None = None) -> Iterator[RawRow]:
-    """Yield the rows of one file.
+def read_rows(
+    uri: str, options: ReadOptions, limit: int | None = None, part: FileRange | None = None
+) -> Iterator[RawRow]:
+    """Yield the rows of one file, or of one part of it.
 
     Args:
         uri: The file.
         options: Parsing options.
         limit: Stop after this many rows (schema inference samples the first rows).
+        part: Read only this range (from :func:`split_file`); the rows are exactly those that
+            reading the whole file yields from the range, with the same row numbers.
 
     """
     fmt = options.format
+    part = part or FileRange(uri)
+    if not part.whole and fmt not in SPLITTABLE:
+        raise InputError(f"{uri}: {fmt} files are read whole, not in ranges")
     if fmt in ("csv", "tsv"):
-        rows = _read_csv(uri, options)
+        rows = _read_csv(uri, options, part)
     elif fmt == "jsonl":
-        rows = _read_jsonl(uri, options)
+        rows = _read_jsonl(uri, options, part)
     elif fmt == "parquet":
-        rows = _read_parquet(uri)
+        rows = _read_parquet(uri, part)
     elif fmt == "images":
         rows = _read_whole_file(uri, "image")
     elif fmt == "text":
-        rows = _read_text(uri, options)
+        rows = _read_text(uri, options, part)
     else:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     for i, row in enumerate(rows):
@@ -232,12 +266,15 @@ def read_rows(uri: str, options: ReadOptions, limit: int | None = None) -> Itera
 _MARKER = "\0ERR"
 
 
-def _lines(uri: str, options: ReadOptions, errors: list[str]) -> Iterator[str]:
-    r"""Decoded lines, one at a time, so a bad byte costs one row and never the rows around it.
+def _lines(
+    uri: str, options: ReadOptions, errors: list[str], start: int = 0
+) -> Iterator[tuple[int, str]]:
+    r"""``(byte offset, decoded line)`` from ``start``, so a bad byte costs one row only.
 
     An over-long line (skipped without being held in memory) or an undecodable one becomes a
     marker line ``\0ERR<n>`` whose reason is ``errors[n]``. Encodings that are not
-    ASCII-compatible (UTF-16/32) are decoded as a stream instead.
+    ASCII-compatible (UTF-16/32) are decoded as a stream instead, with offsets of -1 (such files
+    are read whole).
     """
 
     def marker(reason: str) -> str:
@@ -245,28 +282,39 @@ def _lines(uri: str, options: ReadOptions, errors: list[str]) -> Iterator[str]:
         return f"{_MARKER}{len(errors) - 1}\n"
 
     limit = options.max_line_bytes
-    if codecs.lookup(options.encoding).name.startswith(("utf-16", "utf-32")):
+    if not _byte_lines(options):
         with _open(uri) as raw:
             text = io.TextIOWrapper(raw, encoding=options.encoding, newline="")
             try:
-                yield from text
+                for line in text:
+                    yield -1, line
             except UnicodeDecodeError as exc:
-                yield marker(_decode_error(options, exc))
+                yield -1, marker(_decode_error(options, exc))
         return
     with _open(uri) as raw:
+        if start:
+            raw.seek(start)
+        offset = start
         while True:
             line = raw.readline(limit + 1)
             if not line:
                 return
+            at, offset = offset, offset + len(line)
             if len(line) > limit and not line.endswith(b"\n"):
                 while (more := raw.readline(limit)) and not more.endswith(b"\n"):
-                    pass
-                yield marker(f"line longer than {limit} B")
+                    offset += len(more)
+                offset += len(more)
+                yield at, marker(f"line longer than {limit} B")
                 continue
             try:
-                yield line.decode(options.encoding)
+                yield at, line.decode(options.encoding)
             except UnicodeDecodeError as exc:
-                yield marker(_decode_error(options, exc))
+                yield at, marker(_decode_error(options, exc))
+
+
+def _byte_lines(options: ReadOptions) -> bool:
+    """Whether lines can be found in the raw bytes (ASCII-compatible encodings)."""
+    return not codecs.lookup(options.encoding).name.startswith(("utf-16", "utf-32"))
 
 
 def _marker_error(text: str, errors: list[str]) -> str | None:
@@ -275,8 +323,8 @@ def _marker_error(text: str, errors: list[str]) -> str | None:
     return None
 
 
-def _read_csv(uri: str, options: ReadOptions) -> Iterator[RawRow]:
-    """CSV/TSV records; a syntax error (unterminated or stray quote, ragged row) costs one row.
+def _read_csv(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRow]:
+    """CSV/TSV records of ``part``; a syntax error (bad quote, ragged row) costs one row.
 
     A record is complete when its quote characters balance (opening and closing quotes and
     doubled quotes come in pairs), so a quoted field may span lines, up to
@@ -286,48 +334,68 @@ def _read_csv(uri: str, options: ReadOptions) -> Iterator[RawRow]:
     reported there with its raw text, and reading resumes at the next line, so the lines that
     were read ahead are read again as records of their own and no good row after it is lost.
     """
+    for _, _, row in _csv_records(uri, options, part, rows=True):
+        if row is not None:
+            yield row
+
+
+def _csv_records(
+    uri: str, options: ReadOptions, part: FileRange, rows: bool
+) -> Iterator[tuple[int, int, RawRow | None]]:
+    """``(line, byte offset, row)`` for every record that starts in ``part``.
+
+    The one record assembler: :func:`_read_csv` takes its rows, and :func:`split_file` only its
+    record starts (``rows=False`` skips parsing records of one line, which never change where
+    the next record starts), so a range starts exactly where reading the whole file starts a
+    record.
+    """
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
     errors: list[str] = []
-    numbered = enumerate(_lines(uri, options, errors), start=1)
-    pending: list[tuple[int, str]] = []  # lines read ahead, to read again (last = next)
-    header: list[str] | None = None
+    header: list[str] | None = None if part.start == 0 else csv_header(uri, options)
+    numbered = (
+        (part.first_row + i, at, text)
+        for i, (at, text) in enumerate(_lines(uri, options, errors, part.start))
+    )
+    pending: list[tuple[int, int, str]] = []  # lines read ahead, to read again (last = next)
 
-    def take() -> tuple[int, str] | None:
+    def take() -> tuple[int, int, str] | None:
         return pending.pop() if pending else next(numbered, None)
 
-    def bad(line_no: int, parts: list[str], reason: str) -> RawRow:
-        pending.extend(reversed([(line_no + i, t) for i, t in enumerate(parts[1:], 1)]))
-        return RawRow(uri, line_no, {}, reason, _cap(parts[0]))
+    def bad(first: tuple[int, int, str], more: list[tuple[int, int, str]], why: str) -> RawRow:
+        pending.extend(reversed(more))
+        return RawRow(uri, first[0], {}, why, _cap(first[2]))
 
     while (first := take()) is not None:
-        line_no, text = first
+        line_no, at, text = first
+        if part.end is not None and at >= part.end:
+            return
         marker = _marker_error(text, errors)
         if marker:
             if header is None:
                 raise InputError(f"{uri}: header line: {marker}")
-            yield RawRow(uri, line_no, {}, marker)
+            yield line_no, at, RawRow(uri, line_no, {}, marker)
             continue
-        parts, open_quote = [text], text.count('"') % 2 == 1
-        while open_quote and len(parts) < MAX_RECORD_LINES:
+        more: list[tuple[int, int, str]] = []
+        size, open_quote = len(text), text.count('"') % 2 == 1
+        while open_quote and len(more) + 1 < MAX_RECORD_LINES and size <= MAX_RECORD_BYTES:
             nxt = take()
-            if nxt is None or _marker_error(nxt[1], errors):
+            if nxt is None or _marker_error(nxt[2], errors):
                 if nxt is not None:
                     pending.append(nxt)
                 break
-            parts.append(nxt[1])
-            open_quote ^= nxt[1].count('"') % 2 == 1
-            if sum(map(len, parts)) > MAX_RECORD_BYTES:
-                break
+            more.append(nxt)
+            size += len(nxt[2])
+            open_quote ^= nxt[2].count('"') % 2 == 1
         if open_quote:
             if header is None:
                 raise InputError(f"{uri}: header line: unterminated quote")
-            yield bad(
-                line_no, parts, f"unterminated quote: still open after {len(parts)} line(s) "
+            yield line_no, at, bad(
+                first, more, f"unterminated quote: still open after {len(more) + 1} line(s) "
                 f"(a quoted field may span at most {MAX_RECORD_LINES} lines and "
                 f"{MAX_RECORD_BYTES} bytes)",
             )  # fmt: skip
             continue
-        record = "".join(parts)
+        record = text + "".join(t for _, _, t in more)
         if header is None:
             if not record.strip():
                 continue
@@ -338,16 +406,20 @@ def _read_csv(uri: str, options: ReadOptions) -> Iterator[RawRow]:
             continue
         if not record.strip("\r\n"):
             continue
+        if not more and not rows:
+            yield line_no, at, None
+            continue
         fields = _parse_record(record, delimiter)
         if fields is None:
-            yield bad(
-                line_no, parts, "CSV syntax error: a quote inside a field or after a quoted "
+            yield line_no, at, bad(
+                first, more, "CSV syntax error: a quote inside a field or after a quoted "
                 "field (quote the whole field and double the quotes inside it)",
             )  # fmt: skip
         elif len(fields) != len(header):
-            yield bad(line_no, parts, f"row has {len(fields)} fields, header has {len(header)}")
+            why = f"row has {len(fields)} fields, header has {len(header)}"
+            yield line_no, at, bad(first, more, why)
         else:
-            yield RawRow(uri, line_no, dict(zip(header, fields, strict=True)))
+            yield line_no, at, RawRow(uri, line_no, dict(zip(header, fields, strict=True)))
 
 
 def _parse_record(text: str, delimiter: str) -> list[str] | None:
@@ -360,6 +432,65 @@ def _parse_record(text: str, delimiter: str) -> list[str] | None:
         return None
 
 
+#: Formats a big file of which is read by several workers, in ranges.
+SPLITTABLE = ("csv", "tsv", "jsonl", "text", "parquet")
+#: A file is split into ranges of about this size (at most MAX_RANGES of them).
+RANGE_BYTES = 16 * 1024 * 1024
+MAX_RANGES = 4096
+
+
+def split_file(
+    info: storage.FileInfo, options: ReadOptions, range_bytes: int | None = None
+) -> list[FileRange]:
+    """The ranges several workers read ``info`` in, with the rows reading it whole gives.
+
+    Line formats are cut about every ``range_bytes`` at a record start: for JSON lines and
+    text, the start of the next line; for CSV/TSV, where the record assembler starts a record
+    when it reads the whole file (a quoted field may hold newlines, so the next line may be in
+    the middle of a record): the file is read once to find those starts, without parsing its
+    one-line records. Parquet is cut at row groups. Small files, other formats and encodings
+    that are not ASCII-compatible are one range. ``range_bytes`` defaults to
+    :data:`RANGE_BYTES`.
+    """
+    fmt = options.format
+    whole = [FileRange(info.uri)]
+    step = max(range_bytes or RANGE_BYTES, -(-info.size // MAX_RANGES))
+    if fmt not in SPLITTABLE or info.size <= step:
+        return whole
+    if fmt == "parquet":
+        return _parquet_ranges(info.uri)
+    if (fmt == "text" and options.text_mode == "file") or not _byte_lines(options):
+        return whole
+    starts = [(0, 1)]
+    if fmt in ("csv", "tsv"):
+        for line_no, at, _ in _csv_records(info.uri, options, FileRange(info.uri), rows=False):
+            if at >= starts[-1][0] + step:
+                starts.append((at, line_no))
+    else:
+        for i, (at, _) in enumerate(_lines(info.uri, options, [])):
+            if at >= starts[-1][0] + step:
+                starts.append((at, i + 1))
+    bounds = [at for at, _ in starts[1:]] + [None]
+    return [
+        FileRange(info.uri, at, end, line) for (at, line), end in zip(starts, bounds, strict=True)
+    ]
+
+
+def _parquet_ranges(uri: str) -> list[FileRange]:
+    import pyarrow.parquet as pq
+
+    with _open(uri) as fh:
+        try:
+            meta = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).metadata
+        except Exception:  # a bad file: read whole, where its error becomes a dead letter
+            return [FileRange(uri)]
+    out, row = [], 1
+    for g in range(meta.num_row_groups):
+        out.append(FileRange(uri, g, g + 1, row))
+        row += meta.row_group(g).num_rows
+    return out or [FileRange(uri)]
+
+
 def _decode_error(options: ReadOptions, exc: UnicodeDecodeError) -> str:
     return f"not valid {options.encoding} ({exc.reason}); pass --encoding to read it"
 
@@ -368,7 +499,8 @@ def csv_header(uri: str, options: ReadOptions) -> list[str]:
     """The column names of a CSV/TSV file (empty if the file is empty)."""
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
     errors: list[str] = []
-    first = next(csv.reader(_lines(uri, options, errors), delimiter=delimiter), None)
+    lines = (text for _, text in _lines(uri, options, errors))
+    first = next(csv.reader(lines, delimiter=delimiter), None)
     if not first:
         return []
     if _marker_error(first[0], errors):
@@ -376,9 +508,19 @@ def csv_header(uri: str, options: ReadOptions) -> list[str]:
     return [h.strip() for h in first]
 
 
-def _read_jsonl(uri: str, options: ReadOptions) -> Iterator[RawRow]:
+def _numbered_lines(
+    uri: str, options: ReadOptions, part: FileRange, errors: list[str]
+) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of the lines that start in ``part``."""
+    for i, (at, line) in enumerate(_lines(uri, options, errors, part.start)):
+        if part.end is not None and at >= part.end:
+            return
+        yield part.first_row + i, line
+
+
+def _read_jsonl(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRow]:
     errors: list[str] = []
-    for line_no, line in enumerate(_lines(uri, options, errors), start=1):
+    for line_no, line in _numbered_lines(uri, options, part, errors):
         marker = _marker_error(line, errors)
         if marker:
             yield RawRow(uri, line_no, {}, marker)
@@ -400,7 +542,7 @@ def _read_jsonl(uri: str, options: ReadOptions) -> Iterator[RawRow]:
         yield RawRow(uri, line_no, obj)
 
 
-def _read_parquet(uri: str) -> Iterator[RawRow]:
+def _read_parquet(uri: str, part: FileRange) -> Iterator[RawRow]:
     import pyarrow.parquet as pq
 
     with _open(uri) as fh:
@@ -409,8 +551,9 @@ def _read_parquet(uri: str) -> Iterator[RawRow]:
         except Exception as exc:  # pyarrow raises several types for a bad file
             yield RawRow(uri, 0, {}, f"not a readable Parquet file: {exc}")
             return
-        row = 0
-        for batch in pf.iter_batches(batch_size=4096):
+        groups = list(range(pf.num_row_groups))[part.start : part.end]
+        row = part.first_row - 1
+        for batch in pf.iter_batches(batch_size=4096, row_groups=groups):
             for values in batch.to_pylist():
                 row += 1
                 yield RawRow(uri, row, values)
@@ -432,7 +575,7 @@ def _read_whole_file(uri: str, field: str) -> Iterator[RawRow]:
     yield RawRow(uri, 0, {field: data, "label": image_label(uri)})
 
 
-def _read_text(uri: str, options: ReadOptions) -> Iterator[RawRow]:
+def _read_text(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRow]:
     if options.text_mode == "file":
         with _open(uri) as fh:
             data = fh.read()
@@ -444,7 +587,7 @@ def _read_text(uri: str, options: ReadOptions) -> Iterator[RawRow]:
         yield RawRow(uri, 0, {"text": text, "label": image_label(uri)})
         return
     errors: list[str] = []
-    for line_no, line in enumerate(_lines(uri, options, errors), start=1):
+    for line_no, line in _numbered_lines(uri, options, part, errors):
         marker = _marker_error(line, errors)
         if marker:
             yield RawRow(uri, line_no, {}, marker)
