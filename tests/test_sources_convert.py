@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import write_csv
 from tfrecord_suite.schema import infer_tabular_schema
@@ -164,3 +166,36 @@ def test_a_real_1_gib_line_is_one_bad_row_in_bounded_memory(tmp_path):
     assert good1 == {"a": 1} and good2 == {"a": 2}
     assert "line longer than 67108864 B" in error
     assert int(peak_mib) < 400, f"peak RSS {peak_mib} MiB reading a 1 GiB line"
+
+
+_NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=12)
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(min_value=-3.4028234663852886e38, max_value=3.4028234663852886e38),
+    st.text(max_size=40),
+    st.binary(max_size=300),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_NAMES, _VALUES, max_size=25))
+def test_direct_example_encoding_matches_protobuf(typed):
+    """encode_example writes the bytes protobuf's deterministic serialization writes."""
+    import tensorflow as tf
+
+    example = tf.train.Example()
+    feature_map = example.features.feature
+    for name, value in typed.items():
+        if value is None:
+            continue
+        if isinstance(value, bytes):
+            feature_map[name].bytes_list.value.append(value)
+        elif isinstance(value, str):
+            feature_map[name].bytes_list.value.append(value.encode())
+        elif isinstance(value, float):
+            feature_map[name].float_list.value.append(value)
+        else:
+            feature_map[name].int64_list.value.append(int(value))
+    assert convert.encode_example(typed) == example.SerializeToString(deterministic=True)

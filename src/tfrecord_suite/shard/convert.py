@@ -13,6 +13,7 @@ import io
 import json
 import math
 import operator
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -141,6 +142,8 @@ class RowConverter:
         self.na_values = tuple(na_values)
         self._label_classes = {c: i for i, c in enumerate(schema.label_classes or [])}
         self._by_source = [(f, f.source or f.name) for f in schema.features]
+        na = frozenset(self.na_values)
+        self._cells = [(f, source, _cell_converter(f, na)) for f, source in self._by_source]
         self._label_is_float = bool(
             schema.label and schema.feature(schema.label).dtype == "float32"
         )
@@ -161,11 +164,11 @@ class RowConverter:
         if self.schema.source_format == "images":
             return self._convert_image(row)
         typed: dict[str, Any] = {}
-        for feature, source in self._by_source:
-            if feature.kind == "meta" and source not in row.values:
+        values = row.values
+        for feature, source, cell in self._cells:
+            if feature.kind == "meta" and source not in values:
                 continue
-            value = parse_scalar(row.values.get(source), self.na_values)
-            typed[feature.name] = None if value is None else _coerce(feature, value)
+            typed[feature.name] = cell(values.get(source))
         if self.schema.label is not None and typed.get(self.schema.label) is None:
             raise RowError("label is missing", field=self.schema.label)
         if self.key_column is not None:
@@ -191,22 +194,7 @@ class RowConverter:
         )
 
     def _serialize(self, typed: Mapping[str, Any]) -> bytes:
-        # Filling the map in place is ~2.5x faster than building Feature messages with kwargs.
-        example = self._example_cls()
-        feature_map = example.features.feature
-        for name, value in typed.items():
-            if value is None:
-                continue  # missing: the parse spec's default fills it in
-            if isinstance(value, bytes):
-                feature_map[name].bytes_list.value.append(value)
-            elif isinstance(value, str):
-                feature_map[name].bytes_list.value.append(value.encode())
-            elif isinstance(value, float):
-                feature_map[name].float_list.value.append(value)
-            else:
-                feature_map[name].int64_list.value.append(int(value))
-        # deterministic=True sorts the feature map so identical input gives identical bytes
-        return example.SerializeToString(deterministic=True)
+        return encode_example(typed)
 
     # ---------------------------------------------------------------------------------- images
 
@@ -255,8 +243,137 @@ class RowConverter:
         return self._finish(typed, data)
 
 
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative integer."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [_varint(i) for i in range(1 << 14)]
+_PACK_FLOAT = struct.Struct("<f").pack
+_ORDERS: dict[tuple[str, ...], list[str]] = {}
+_KEYS: dict[str, bytes] = {}
+_FLOAT_ENTRIES: dict[str, bytes] = {}
+
+
+def _len(n: int) -> bytes:
+    return _SMALL_VARINTS[n] if n < 16384 else _varint(n)
+
+
+def _key(name: str) -> bytes:
+    """A map entry's key field: tag 1, the name's length, the name."""
+    key = _KEYS.get(name)
+    if key is None:
+        raw = name.encode()
+        key = _KEYS[name] = b"\x0a" + _len(len(raw)) + raw
+    return key
+
+
+def _float_entry(name: str) -> bytes:
+    """Everything of a one-float feature's map entry before its 4 bytes (a fixed length)."""
+    prefix = _FLOAT_ENTRIES.get(name)
+    if prefix is None:
+        # entry = key, value tag 2 (8 bytes: Feature.float_list tag 2, 6 bytes: packed tag 1, 4)
+        body = _key(name) + b"\x12\x08\x12\x06\x0a\x04"
+        prefix = _FLOAT_ENTRIES[name] = b"\x0a" + _len(len(body) + 4) + body
+    return prefix
+
+
+def _map_order(name: str) -> bytes:
+    return name.encode() + b"\xff"  # 0xff never occurs in UTF-8
+
+
+def encode_example(typed: Mapping[str, Any]) -> bytes:
+    """A ``tf.train.Example`` of one value per feature, encoded directly.
+
+    The same bytes as building the proto and ``SerializeToString(deterministic=True)`` (map
+    entries in protobuf's order, packed floats and varints; a test checks it on generated rows),
+    with the fixed parts of each feature's entry computed once per name. Missing (None) values
+    are left out: the parse spec's default fills them in.
+    """
+    names = tuple(typed)
+    order = _ORDERS.get(names)
+    if order is None:
+        # protobuf's deterministic order: by bytes, a name before its own prefixes ("ab" < "a")
+        order = _ORDERS[names] = sorted(names, key=_map_order)
+    parts: list[bytes] = []
+    floats = _FLOAT_ENTRIES
+    for name in order:
+        value = typed[name]
+        if value is None:
+            continue
+        if isinstance(value, float):
+            parts += (floats.get(name) or _float_entry(name), _PACK_FLOAT(value))
+            continue
+        if isinstance(value, str | bytes):
+            data = value.encode() if isinstance(value, str) else value
+            inner = b"\x0a" + _len(len(data)) + data
+            feature = b"\x0a" + _len(len(inner)) + inner
+        else:
+            number = int(value)
+            raw = _len(number) if 0 <= number < 16384 else _varint(number & 0xFFFFFFFFFFFFFFFF)
+            inner = b"\x0a" + _len(len(raw)) + raw
+            feature = b"\x1a" + _len(len(inner)) + inner
+        body = _key(name) + b"\x12" + _len(len(feature)) + feature
+        parts += (b"\x0a", _len(len(body)), body)
+    features = b"".join(parts)
+    return b"\x0a" + _len(len(features)) + features if features else b""
+
+
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _cell_converter(feature: Feature, na: frozenset[str]) -> Any:
+    """One raw cell -> the feature's value (None when missing).
+
+    The same as ``parse_scalar`` then ``_coerce``, with a fast path for the text cells of CSV
+    files (most cells of most data): the same values, the same errors.
+    """
+
+    def general(value: Any) -> Any:
+        value = parse_scalar(value, na)
+        return None if value is None else _coerce(feature, value)
+
+    if feature.dtype == "float32":
+
+        def to_float(value: Any) -> Any:
+            if value.__class__ is not str:
+                return general(value)
+            value = value.strip()
+            if value in na:
+                return None
+            try:
+                number = float(value)
+            except ValueError:
+                raise RowError(f"{value!r} is not a number", field=feature.name) from None
+            if -_FLOAT32_MAX <= number <= _FLOAT32_MAX:
+                return number
+            return _coerce(feature, value)  # not finite, or too large: its own message
+
+        return to_float
+    if feature.dtype == "int64":
+
+        def to_int(value: Any) -> Any:
+            if value.__class__ is not str:
+                return general(value)
+            value = value.strip()
+            if value in na:
+                return None
+            try:
+                number = int(value)
+            except ValueError:
+                raise RowError(f"{value!r} is not an integer", field=feature.name) from None
+            if _INT64_MIN <= number <= _INT64_MAX:
+                return number
+            return _coerce(feature, value)
+
+        return to_int
+    return general
 
 
 def _coerce(feature: Feature, value: Any) -> Any:

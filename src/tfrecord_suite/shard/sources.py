@@ -435,7 +435,7 @@ def _parse_record(text: str, delimiter: str) -> list[str] | None:
 #: Formats a big file of which is read by several workers, in ranges.
 SPLITTABLE = ("csv", "tsv", "jsonl", "text", "parquet")
 #: A file is split into ranges of about this size (at most MAX_RANGES of them).
-RANGE_BYTES = 16 * 1024 * 1024
+RANGE_BYTES = 8 * 1024 * 1024
 MAX_RANGES = 4096
 
 

@@ -335,7 +335,11 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
 
     spill = None
     if config.uses_disk_shuffle():
-        estimated_shards = 2 * sum(f.size for f in files) // int(config.target_shard_mb * plan.MIB)
+        # serialized examples run ~2-3x their CSV size, and the plan wants ~10 files per reader
+        # even for small splits: shards a bucket spans are read once per shard
+        estimated_shards = max(
+            32, 3 * sum(f.size for f in files) // int(config.target_shard_mb * plan.MIB)
+        )
         spill = Spill(tempfile.mkdtemp(prefix="tfrs-shuffle-"), bucket_count(estimated_shards))
     options = PipelineOptions(list(config.beam_args))
     pipeline = beam.Pipeline(options=options)
