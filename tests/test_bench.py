@@ -2,6 +2,7 @@
 benchmark itself is `make bench`; timings are never asserted in tests on this shared machine.)"""
 
 import os
+import sys
 import time
 
 import pytest
@@ -118,6 +119,33 @@ def test_pandas_peer_writes_every_row_once(tmp_path):
     assert n == 301
 
 
+def test_memory_part_reports_peaks_and_the_ratio_to_the_script(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_peak(command):
+        calls.append(command)
+        script = any("pandas_script" in c for c in command)
+        return {"seconds": 2.0, "peak_rss_mb": 1000 if script else 800}
+
+    monkeypatch.setattr(bench, "_peak", fake_peak)
+    monkeypatch.setattr(bench, "make_csv", lambda folder, rows, files=4: folder)
+    memory = bench.memory_measurements(str(tmp_path), str(tmp_path / "m"), [140])
+    assert list(memory) == ["140 MB CSV, 1 file", "140 MB CSV, 8 files"]
+    assert "pandas_script" not in memory["140 MB CSV, 8 files"] and len(calls) == 3
+    results = _results()
+    results["memory"] = memory
+    results["ratios"] = bench.ratios(results)
+    assert results["ratios"]["140 MB CSV, 1 file: shard/pandas_script peak memory"] == 0.8
+    text = bench.markdown(results)
+    assert "| 140 MB CSV, 1 file: shard/pandas_script peak memory | 0.80 | <= 1.5 |" in text
+    assert "| 140 MB CSV, 1 file | 800 MB in 2.0 s | 1,000 MB in 2.0 s |" in text
+
+
+def test_peak_measures_a_real_process():
+    out = bench._peak([sys.executable, "-c", "x = bytearray(200 * 1024 * 1024)"])
+    assert out["peak_rss_mb"] >= 200 and out["seconds"] > 0
+
+
 def test_slope_is_relative_change_of_time_per_record():
     assert bench._slope([(100, 1.0), (1600, 16.0)]) == pytest.approx(0.0)
     assert bench._slope([(100, 1.0), (1600, 32.0)]) == pytest.approx(1.0)
@@ -125,6 +153,7 @@ def test_slope_is_relative_change_of_time_per_record():
 
 def test_parts_and_repeats():
     assert bench.BenchConfig(quick=True).parts() == {"read", "write", "train"}
+    assert bench.BenchConfig(only="memory").parts() == {"memory"}
     assert "scale" in bench.BenchConfig().parts()
     assert bench.BenchConfig(quick=True).runs() == 1 and bench.BenchConfig().runs() == 5
     with pytest.raises(ValueError, match="unknown parts"):

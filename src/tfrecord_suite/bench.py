@@ -37,6 +37,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,7 @@ TARGETS = {
     "beam/plain_writer": 0.8,
     "beam/pandas_script": 1.2,
     "beam_2_workers/beam (one file)": 1.6,
+    "shard/pandas_script peak memory": 1.5,
     "real/synthetic step time": 1.05,
 }
 
@@ -71,7 +73,9 @@ class BenchConfig:
         repeats: Measured runs per variant (after one warm-up).
         batch_size: Batch size of every reader.
         shards: Shards per generated dataset (each >= 10 MB).
-        only: Comma-separated parts to run: read, write, train, scale (empty: all that apply).
+        only: Comma-separated parts to run: read, write, train, scale, memory (empty: all
+            that apply; memory is run only when named).
+        memory_mb: CSV sizes in MB the memory part shards, each as one file and as 8 files.
 
     """
 
@@ -81,12 +85,13 @@ class BenchConfig:
     batch_size: int = 256
     shards: int = 8
     only: str = ""
+    memory_mb: str = "140,1400"
 
     def parts(self) -> set[str]:
         """The parts to run."""
         chosen = {p.strip() for p in self.only.split(",") if p.strip()}
         default = {"read", "write", "train"} | (set() if self.quick else {"scale"})
-        unknown = chosen - {"read", "write", "train", "scale"}
+        unknown = chosen - {"read", "write", "train", "scale", "memory"}
         if unknown:
             raise ValueError(f"--only: unknown parts {sorted(unknown)}")
         return chosen or default
@@ -733,6 +738,58 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
     }
 
 
+#: Bytes per row of :func:`make_csv`'s rows (20 floats, a category, a label).
+_CSV_ROW_BYTES = 185
+
+
+def _peak(command: list[str]) -> dict[str, float]:
+    """Run ``command`` in its own process; its seconds and peak resident memory (MB)."""
+    import subprocess
+
+    code = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "rc = subprocess.run(sys.argv[1:]).returncode; "
+        "print(rc, time.perf_counter() - t, "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    # measured by a fresh parent process, so earlier runs' peaks are not counted
+    out = subprocess.run(
+        [sys.executable, "-c", code, *command], capture_output=True, text=True, check=True
+    )
+    rc, seconds, peak_kb = out.stdout.split()[-3:]
+    if rc != "0":
+        raise RuntimeError(f"{command[:3]} failed: {out.stderr[-2000:]}")
+    return {"seconds": round(float(seconds), 1), "peak_rss_mb": round(int(peak_kb) / 1024)}
+
+
+def memory_measurements(data_root: str, out_root: str, sizes_mb: list[int]) -> dict[str, Any]:
+    """Peak memory of the shard step (DirectRunner, one worker) and of the pandas script.
+
+    Each runs in its own process on a generated CSV of each size, as one file and as 8 files
+    (the pandas script reads one file, so only the single file).
+    """
+    cli = [sys.executable, "-m", "tfrecord_suite.cli", "shard", "--overwrite", "--json"]
+    out: dict[str, Any] = {}
+    for mb in sizes_mb:
+        rows = mb * 1_000_000 // _CSV_ROW_BYTES
+        for files in (1, 8):
+            folder = make_csv(os.path.join(data_root, f"memory-{mb}mb-{files}"), rows, files=files)
+            key = f"{mb} MB CSV, {files} file{'s' if files > 1 else ''}"
+            target = os.path.join(out_root, f"{mb}-{files}")
+            out[key] = {"shard": _peak([*cli, "--input", folder, "--output", target])}
+            if files == 1:
+                csv_file = os.path.join(folder, "part-0.csv")
+                script = (
+                    "import sys; from tfrecord_suite.bench import pandas_script; "
+                    "pandas_script(sys.argv[1], sys.argv[2])"
+                )
+                out[key]["pandas_script"] = _peak(
+                    [sys.executable, "-c", script, csv_file, target + "-pandas"]
+                )
+            _LOG.info("memory %s: %s", key, out[key])
+    return out
+
+
 def _slope(points: list[tuple[int, float]]) -> float:
     """Relative change of time per record from the smallest to the largest size."""
     (n0, t0), (n1, t1) = points[0], points[-1]
@@ -798,6 +855,9 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         )
     if "scale" in parts:
         results["scale"] = _scaling(data_root, root, config)
+    if "memory" in parts:
+        sizes = [int(x) for x in config.memory_mb.split(",") if x.strip()]
+        results["memory"] = memory_measurements(data_root, os.path.join(root, "memory"), sizes)
     results["ratios"] = ratios(results)
     results["seconds"] = round(time.perf_counter() - started, 1)
     storage.write_text(os.path.join(root, "results.json"), json.dumps(results, indent=2))
@@ -867,6 +927,11 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
             out[f"{table}: beam_2_workers/beam (one file)"] = (
                 w["beam_2_workers"]["median_per_s"] / beam
             )
+    for key, m in results.get("memory", {}).items():
+        if "pandas_script" in m:
+            out[f"{key}: shard/pandas_script peak memory"] = (
+                m["shard"]["peak_rss_mb"] / m["pandas_script"]["peak_rss_mb"]
+            )
     t = results.get("train")
     if t:
         out["real/synthetic step time"] = t["real_over_synthetic"]
@@ -909,11 +974,28 @@ def markdown(results: dict[str, Any]) -> str:
         for name, v in sorted(w.items(), key=lambda kv: -kv[1]["median_per_s"]):
             lines.append(f"| {name} | {v['median_per_s']:,.0f} | {v['median_per_s'] / beam:.2f} |")
         lines.append("")
+    memory = results.get("memory")
+    if memory:
+        lines += [
+            "**Peak memory of the shard step** (DirectRunner, one worker; each in its own process)",
+            "",
+            "| input | shard step | pandas script |",
+            "|---|---:|---:|",
+        ]
+        for key, m in memory.items():
+            peer = m.get("pandas_script")
+            peer_text = "" if peer is None else f"{peer['peak_rss_mb']:,} MB in {peer['seconds']} s"
+            lines.append(
+                f"| {key} | {m['shard']['peak_rss_mb']:,} MB in {m['shard']['seconds']} s "
+                f"| {peer_text} |"
+            )
+        lines.append("")
     lines += ["| ratio | measured | target |", "|---|---:|---:|"]
     for name, value in results["ratios"].items():
         key = name.split(": ", 1)[-1]
         target = TARGETS.get(key)
-        mark = "" if target is None else f"{'<=' if 'step' in key else '>='} {target}"
+        at_most = "step" in key or "memory" in key
+        mark = "" if target is None else f"{'<=' if at_most else '>='} {target}"
         lines.append(f"| {name} | {value:.2f} | {mark} |")
     scale = results.get("scale")
     if scale:
