@@ -132,9 +132,6 @@ class RowConverter:
         image: ImageOptions | None = None,
         na_values: Sequence[str] = DEFAULT_NA_VALUES,
     ):
-        import tensorflow as tf  # the proto classes; imported once per worker
-
-        self._example_cls = tf.train.Example
         self.schema = schema
         self.splits = splits
         self.key_column = key_column
