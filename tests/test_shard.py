@@ -272,3 +272,54 @@ def test_a_big_file_read_in_ranges_gives_identical_shards(tmp_path, monkeypatch)
     assert a["records"] == b["records"] == 3000 and a["bad_rows"] == b["bad_rows"] == 1
     _same_shards(whole, ranged, 9)
     assert list(read_dead_letters(whole)) == list(read_dead_letters(ranged))
+
+
+@pytest.mark.slow
+def test_every_kind_of_bad_record_in_the_middle_of_a_large_file(tmp_path, monkeypatch):
+    """An unterminated quote, a stray quote, a short and a long row, bad UTF-8 and a 1 GiB line
+    (a sparse file: no disk) in the middle of one CSV read by many workers in ranges, beside an
+    empty file: one dead letter each, every good row kept, the threshold on the true count."""
+    from tfrecord_suite.shard import sources
+
+    monkeypatch.setattr(sources, "RANGE_BYTES", 16 * 1024)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "empty.csv").write_bytes(b"")
+    good = [f"{i},{i * 0.5},{'ab'[i % 2]}\n".encode() for i in range(4000)]
+    bad = {
+        500: b'"unterminated,1,a\n',
+        1000: b'1,"two"three,a\n',
+        1500: b"5\n",
+        2000: b"1,2,a,extra\n",
+        2500: b"\xff\xfe,1,a\n",
+    }
+    with open(folder / "big.csv", "wb") as fh:
+        fh.write(b"n,x,label\n")
+        for i, row in enumerate(good):
+            if i in bad:
+                fh.write(bad[i])
+            if i == 3000:
+                fh.write(b"x")
+                fh.seek(fh.tell() + (1 << 30))  # the 1 GiB line, as a hole
+                fh.write(b"\n")
+            fh.write(row)
+    out = str(tmp_path / "out")
+    s = run_shard(ShardConfig(input=str(folder), output=out, label="label", max_bad_fraction=0.01))
+    assert s["records"] == 4000 and s["bad_rows"] == 7
+    assert s["beam_metrics"]["input_ranges"] >= 3  # the big file in ranges, and the empty one
+    letters = sorted(read_dead_letters(out), key=lambda d: (d["file"], d["row"]))
+    reasons = [(os.path.basename(d["file"]), d["row"], d["reason"].split(":")[0]) for d in letters]
+    assert reasons == [
+        ("big.csv", 502, "unterminated quote"),
+        ("big.csv", 1003, "CSV syntax error"),
+        ("big.csv", 1504, "row has 1 fields, header has 3"),
+        ("big.csv", 2005, "row has 4 fields, header has 3"),
+        ("big.csv", 2506, "not valid utf-8 (invalid start byte); pass --encoding to read it"),
+        ("big.csv", 3007, "line longer than 67108864 B"),
+        ("empty.csv", 0, "empty file"),
+    ]
+    strict = str(tmp_path / "strict")
+    with pytest.raises(ShardError, match=r"7 of 4007 rows"):
+        run_shard(
+            ShardConfig(input=str(folder), output=strict, label="label", max_bad_fraction=0.001)
+        )

@@ -257,10 +257,20 @@ def read_rows(
         rows = _read_text(uri, options, part)
     else:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    for i, row in enumerate(rows):
-        if limit is not None and i >= limit:
+    count = 0
+    for row in rows:
+        if limit is not None and count >= limit:
             return
+        count += 1
         yield row
+    if not count and part.whole and fmt in ("csv", "tsv", "jsonl", "text") and _is_empty(uri):
+        # among other inputs an empty file is a bad input of its own, not silence
+        yield RawRow(uri, 0, {}, "empty file: no header and no rows")
+
+
+def _is_empty(uri: str) -> bool:
+    with _open(uri) as fh:
+        return not fh.read(1)
 
 
 _MARKER = "\0ERR"
