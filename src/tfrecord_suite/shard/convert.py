@@ -336,41 +336,29 @@ def _cell_converter(feature: Feature, na: frozenset[str]) -> Any:
         value = parse_scalar(value, na)
         return None if value is None else _coerce(feature, value)
 
-    if feature.dtype == "float32":
+    numeric = {
+        "float32": (float, -_FLOAT32_MAX, _FLOAT32_MAX, "a number"),
+        "int64": (int, _INT64_MIN, _INT64_MAX, "an integer"),
+    }
+    if feature.dtype not in numeric:
+        return general
+    parse, low, high, what = numeric[feature.dtype]
 
-        def to_float(value: Any) -> Any:
-            if value.__class__ is not str:
-                return general(value)
-            value = value.strip()
-            if value in na:
-                return None
-            try:
-                number = float(value)
-            except ValueError:
-                raise RowError(f"{value!r} is not a number", field=feature.name) from None
-            if -_FLOAT32_MAX <= number <= _FLOAT32_MAX:
-                return number
-            return _coerce(feature, value)  # not finite, or too large: its own message
+    def to_number(value: Any) -> Any:
+        if value.__class__ is not str:
+            return general(value)
+        value = value.strip()
+        if value in na:
+            return None
+        try:
+            number = parse(value)
+        except ValueError:
+            raise RowError(f"{value!r} is not {what}", field=feature.name) from None
+        if low <= number <= high:
+            return number
+        return _coerce(feature, value)  # not finite, or out of range: its own message
 
-        return to_float
-    if feature.dtype == "int64":
-
-        def to_int(value: Any) -> Any:
-            if value.__class__ is not str:
-                return general(value)
-            value = value.strip()
-            if value in na:
-                return None
-            try:
-                number = int(value)
-            except ValueError:
-                raise RowError(f"{value!r} is not an integer", field=feature.name) from None
-            if _INT64_MIN <= number <= _INT64_MAX:
-                return number
-            return _coerce(feature, value)
-
-        return to_int
-    return general
+    return to_number
 
 
 def _coerce(feature: Feature, value: Any) -> Any:

@@ -76,7 +76,7 @@ class _ReadConvertFn(beam.DoFn):
         self._image = image
         self._spill = spill
         self._writer: SpillWriter | None = None
-        self.files = Metrics.counter(NAMESPACE, "ranges_read")
+        self.ranges = Metrics.counter(NAMESPACE, "ranges_read")
         self.rows = Metrics.counter(NAMESPACE, "rows_read")
         self.good = Metrics.counter(NAMESPACE, "records_converted")
         self.bad = Metrics.counter(NAMESPACE, "bad_rows")
@@ -109,7 +109,7 @@ class _ReadConvertFn(beam.DoFn):
     def process(self, part: FileRange) -> Iterator[Any]:
         stats: dict[str, dict[str, Any]] = {}
         pending: list[convert.Converted] = []
-        self.files.inc()
+        self.ranges.inc()
         rows = 0
         for row in read_rows(part.uri, self._read, part=part):
             rows += 1
@@ -166,7 +166,7 @@ def _printable(values: dict[str, Any]) -> dict[str, Any]:
 
 
 class ListInputs(beam.PTransform):
-    """One input URI (file, folder, glob or ``gs://`` prefix) -> the URIs of its files.
+    """One input URI (file, folder, glob or ``gs://`` prefix) -> its files (``FileInfo``).
 
     The listing runs inside the pipeline, by the same rules as the launcher's
     (:func:`~tfrecord_suite.shard.sources.resolve_inputs`: hidden files and markers skipped), so
