@@ -87,6 +87,15 @@ def podman_service(workdir: str) -> Iterator[str]:
         log.close()
 
 
+def prune_dangling_images() -> None:
+    """Remove images no tag points to any more (earlier builds of the suite's images).
+
+    Each rebuild leaves the previous image behind untagged (several GB each), so without this
+    the engine's storage would grow with every run on the same machine until the disk is full.
+    """
+    podman("image", "prune", "--force", check=False, timeout=600)
+
+
 def ensure_python_base() -> None:
     """The stand-in for ``python:3.11.11-slim-bookworm`` (debootstrap), made once."""
     if podman("image", "exists", PYTHON_BASE, check=False).returncode == 0:

@@ -25,6 +25,7 @@ from podman_harness import (
     kfp_docker_runner_on_podman,
     podman,
     podman_service,
+    prune_dangling_images,
 )
 
 from tfrecord_suite import images, storage
@@ -36,9 +37,11 @@ IMAGES = images.DEFAULT_IMAGES
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     check_podman()
+    prune_dangling_images()
     ensure_python_base()
     with podman_service(str(tmp_path_factory.mktemp("podman"))) as url:
         yield url
+    prune_dangling_images()
 
 
 def _build(engine: str, key: str) -> str:
