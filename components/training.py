@@ -21,6 +21,7 @@ def train_op(
     run_id: str,
     keep_failed_tfjob: bool,
     trainer_image: str,
+    launcher: str,
     model: Output[Model],
     metrics: Output[Metrics],
     classification_metrics: Output[ClassificationMetrics],
@@ -28,7 +29,8 @@ def train_op(
 ):
     """Train under tf.distribute with the interleaved tf.data reader; export a SavedModel.
 
-    One worker trains in this pod; more (or a placement compiled with ``--tfjob``) launch a TFJob.
+    One worker trains in this pod; more (or a placement compiled with ``--launch-job``) launch a
+    TrainJob or TFJob, as ``launcher`` says.
     """
     from tfrecord_suite.tasks import train_task
 
@@ -51,6 +53,7 @@ def train_op(
         run_id=run_id,
         keep_failed_tfjob=keep_failed_tfjob,
         trainer_image=trainer_image,
+        launcher=launcher,
     )
 
 

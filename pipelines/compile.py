@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from tfrecord_suite.pipelines.placement import Deployment, Placement
+from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.pipelines.placement import Deployment
 
 COMPILED_YAML = os.path.join(os.path.dirname(__file__), "tfrecord_suite_pipeline.yaml")
 

@@ -7,7 +7,8 @@ YAML for the Kubeflow UI; both use this function unchanged.
 from kfp import dsl
 
 from tfrecord_suite.components import build_components
-from tfrecord_suite.pipelines.placement import Deployment, Placement
+from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.pipelines.placement import Deployment, apply_placement
 
 PIPELINE_NAME = "tfrecord-suite"
 
@@ -17,8 +18,8 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
 
     ``deployment`` names the images (registry and tag) and each step's CPU and memory requests.
     The train step's pod runs the image its hardware needs: the GPU build on GPUs, the TPU build
-    on TPUs, the CPU image otherwise (or when it only launches a TFJob, whose replicas then get
-    the accelerator image).
+    on TPUs, the CPU image otherwise (or when it only launches a distributed job, whose nodes then
+    get the accelerator image).
     """
     placement = placement or Placement()
     deployment = deployment or Deployment()
@@ -55,6 +56,7 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         model_fn: str = "",
         feature_config: str = "",
         keep_failed_tfjob: bool = False,
+        launcher: str = placement.launcher,
         model_registry: str = "",
         model_name: str = "",
         promote_alias: str = "stable",
@@ -73,8 +75,8 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             num_shards: Fixed shards per split; 0 plans them from the data size.
             target_shard_mb: Preferred shard size.
             readers: Hosts reading the data in parallel (shard plan).
-            workers: Training workers: 1 trains in the step's own pod, more launch a TFJob with
-                a chief and workers-1 workers (the shard count is a multiple).
+            workers: Training workers: 1 trains in the step's own pod, more launch a TrainJob
+                or TFJob of that many nodes (the shard count is a multiple).
             gzip: Compress shards.
             max_bad_fraction: Fail the shard step above this share of bad rows.
             beam_args: Extra Beam pipeline options, e.g. ["--runner=DataflowRunner", ...].
@@ -87,7 +89,9 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             model_fn: module:function building the model; built-in when empty.
             feature_config: Feature transforms (YAML/JSON file or inline text); inferred from
                 the schema when empty.
-            keep_failed_tfjob: Leave a failed TFJob and its pods for inspection.
+            keep_failed_tfjob: Leave a failed TrainJob or TFJob and its pods for inspection.
+            launcher: How multi-node training is launched: auto (TrainJob when the cluster
+                serves it, else TFJob), trainjob (Kubeflow Trainer v2) or tfjob.
             model_registry: Model registry root; ``<registry_root>/_models`` when empty.
             model_name: Registered model name; the dataset name when empty.
             promote_alias: Alias the gate compares against and moves on success.
@@ -144,9 +148,10 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             keep_failed_tfjob=keep_failed_tfjob,
             trainer_image=placement.trainer_image(images),
+            launcher=launcher,
         ).set_display_name("Train (tf.distribute)")
         deployment.apply("train", train, placement)
-        placement.apply(train)
+        apply_placement(placement, train)
         evaluate = ops.evaluate(
             dataset=version.outputs["dataset"],
             model=train.outputs["model"],

@@ -1,9 +1,12 @@
-"""A Kubernetes API stand-in on 127.0.0.1 for the calls the TFJob launcher makes (contract test).
+"""A Kubernetes API stand-in on 127.0.0.1 for the calls the job launcher makes (contract test).
 
-It speaks the real REST paths and JSON shapes (``kubeflow.org/v1`` TFJobs, core/v1 pods and logs)
-that the official ``kubernetes`` client sends and parses, validates every TFJob it is given
-against the Training Operator's OpenAPI types, and plays a scripted job lifecycle. It is not a
-cluster: nothing is scheduled, and the "operator" only moves the status along the script.
+It speaks the real REST paths and JSON shapes (``kubeflow.org/v1`` TFJobs,
+``trainer.kubeflow.org/v1alpha1`` TrainJobs, API discovery, core/v1 pods and logs) that the
+official ``kubernetes`` client sends and parses, validates every TFJob it is given against the
+Training Operator's OpenAPI types and every TrainJob against Trainer v2's CRD schema
+(tests/crdschema.py), and plays a scripted job lifecycle. It is not a cluster: nothing is
+scheduled, and the "operator" only moves the status along the script, unless the scenario is
+:class:`LocalOperator` or :class:`LocalJobSet`, which run the nodes as real local processes.
 
 The schema check walks the object through the ``openapi_types``/``attribute_map`` of the Training
 Operator SDK's generated models (``kubeflow-training``, generated from the operator's OpenAPI
@@ -14,6 +17,7 @@ missing required fields are errors, as the API server's structural schema would 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import urllib.parse
@@ -106,16 +110,39 @@ class Scenario:
         self.fail_log = fail_log
 
 
-class FakeKubernetes:
-    """The stand-in server. Records every request in ``requests``; jobs live in ``jobs``."""
+TFJOBS = re.compile(r"/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/]+))?")
+TRAINJOBS = re.compile(
+    r"/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?"
+)
+#: group/version -> the custom resource it serves
+API_RESOURCES = {
+    ("kubeflow.org", "v1"): ("tfjobs", "TFJob"),
+    ("trainer.kubeflow.org", "v1alpha1"): ("trainjobs", "TrainJob"),
+}
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 
-    def __init__(self, scenario: Scenario, errors: list[int] | None = None, log_dir: str = "/tmp"):
+
+class FakeKubernetes:
+    """The stand-in server. Records every request in ``requests``; jobs live in ``jobs``.
+
+    ``serves`` lists the job resources the "cluster" has installed (answered by discovery).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        errors: list[int] | None = None,
+        log_dir: str = "/tmp",
+        serves: tuple[str, ...] = ("tfjobs", "trainjobs"),
+    ):
         self.scenario = scenario
         self.log_dir = log_dir
+        self.serves = serves
         self.errors = list(errors or [])  # status codes answered (once each) before real replies
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.deleted: list[tuple[str, str, str | None]] = []
         self.created: list[dict[str, Any]] = []
+        self.create_queries: list[dict[str, str]] = []
         self.requests: list[tuple[str, str]] = []
         self._gets: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
@@ -164,6 +191,8 @@ class FakeKubernetes:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if isinstance(self.scenario, LocalOperator):
+            self.scenario.stop()
         self._server.shutdown()
         self._server.server_close()
 
@@ -178,43 +207,97 @@ class FakeKubernetes:
     # ------------------------------------------------------------------------------ routing
 
     def route(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple:
-        m = re.fullmatch(r"/apis/kubeflow\.org/v1/namespaces/([^/]+)/tfjobs(?:/([^/]+))?", path)
-        if m:
-            ns, name = m[1], m[2]
-            if method == "POST" and name is None:
-                problems = validate_tfjob(body)
-                if problems:
-                    return 422, _status(422, "; ".join(problems)), "application/json"
-                key = (ns, body["metadata"]["name"])
-                if key in self.jobs:
-                    return 409, _status(409, "AlreadyExists"), "application/json"
-                self.jobs[key] = body
-                self.created.append(body)
-                if isinstance(self.scenario, LocalOperator):
-                    self.scenario.start(body, self.log_dir)
-                return 201, body, "application/json"
-            if name is None or (ns, name) not in self.jobs:
-                return 404, _status(404, "NotFound"), "application/json"
-            if method == "GET":
-                return 200, self._job_with_status(ns, name), "application/json"
-            if method == "DELETE":
-                if isinstance(self.scenario, LocalOperator):
-                    self.scenario.stop()
-                self.deleted.append((ns, name, query.get("propagationPolicy")))
-                del self.jobs[(ns, name)]
-                return 200, _status(200, "Success"), "application/json"
+        m = re.fullmatch(r"/apis/([^/]+)/([^/]+)", path)
+        if m and method == "GET":
+            return self._discovery(m[1], m[2])
+        for pattern, plural, check in (
+            (TFJOBS, "tfjobs", validate_tfjob),
+            (TRAINJOBS, "trainjobs", validate_trainjob),
+        ):
+            m = pattern.fullmatch(path)
+            if m:
+                if plural not in self.serves:
+                    return (
+                        404,
+                        _status(404, "the server could not find the requested resource"),
+                        "application/json",
+                    )
+                return self._job_route(method, m[1], m[2], query, body, check)
         m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", path)
         if m and method == "GET":
-            name = query.get("labelSelector", "").split("=", 1)[-1]
-            return 200, self._pods(m[1], name), "application/json"
+            key, _, name = query.get("labelSelector", "").partition("=")
+            return 200, self._pods(m[1], key, name), "application/json"
         m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log", path)
         if m and method == "GET":
             pod = m[2]
-            assert query.get("container") == "tensorflow", query
+            job = self._job_of_pod(pod)
+            expected = "node" if job.get("kind") == "TrainJob" else "tensorflow"
+            assert query.get("container") == expected, query
             tail = int(query.get("tailLines", 1000))
             text = self._log(pod).splitlines()[-tail:]
             return 200, ("\n".join(text) + "\n").encode(), "text/plain"
         return 404, _status(404, f"no route {method} {path}"), "application/json"
+
+    def _discovery(self, group: str, version: str) -> tuple:
+        served = API_RESOURCES.get((group, version))
+        if served is None or served[0] not in self.serves:
+            return (
+                404,
+                _status(404, "the server could not find the requested resource"),
+                "application/json",
+            )
+        plural, kind = served
+        return (
+            200,
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}",
+                "resources": [
+                    {
+                        "name": plural,
+                        "singularName": kind.lower(),
+                        "namespaced": True,
+                        "kind": kind,
+                        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                    },
+                    {
+                        "name": f"{plural}/status",
+                        "singularName": "",
+                        "namespaced": True,
+                        "kind": kind,
+                        "verbs": ["get", "patch", "update"],
+                    },
+                ],
+            },
+            "application/json",
+        )
+
+    def _job_route(self, method, ns, name, query, body, check) -> tuple:
+        if method == "POST" and name is None:
+            problems = check(body)
+            if problems:
+                return 422, _status(422, "; ".join(problems)), "application/json"
+            key = (ns, body["metadata"]["name"])
+            if key in self.jobs:
+                return 409, _status(409, "AlreadyExists"), "application/json"
+            self.jobs[key] = body
+            self.created.append(body)
+            self.create_queries.append(query)
+            if isinstance(self.scenario, LocalOperator):
+                self.scenario.start(body, self.log_dir)
+            return 201, body, "application/json"
+        if name is None or (ns, name) not in self.jobs:
+            return 404, _status(404, "NotFound"), "application/json"
+        if method == "GET":
+            return 200, self._job_with_status(ns, name), "application/json"
+        if method == "DELETE":
+            if isinstance(self.scenario, LocalOperator):
+                self.scenario.stop()
+            self.deleted.append((ns, name, query.get("propagationPolicy")))
+            del self.jobs[(ns, name)]
+            return 200, _status(200, "Success"), "application/json"
+        return 405, _status(405, "MethodNotAllowed"), "application/json"
 
     def _step(self, ns: str, name: str) -> tuple[str, str]:
         if isinstance(self.scenario, LocalOperator):
@@ -226,6 +309,9 @@ class FakeKubernetes:
     def _job_with_status(self, ns: str, name: str) -> dict[str, Any]:
         job = json.loads(json.dumps(self.jobs[(ns, name)]))
         phase, message = self._step(ns, name)
+        if job["kind"] == "TrainJob":
+            job["status"] = _trainjob_status(job, phase, message)
+            return job
         specs = job["spec"]["tfReplicaSpecs"]
         active = phase in ("Running",)
         job["status"] = {
@@ -248,38 +334,47 @@ class FakeKubernetes:
         }
         return job
 
-    def _replicas(self, name: str) -> list[tuple[str, str, int]]:
-        job = next(j for (_, n), j in self.jobs.items() if n == name)
-        out = []
-        for rtype, spec in job["spec"]["tfReplicaSpecs"].items():
-            for i in range(spec["replicas"]):
-                out.append((f"{name}-{rtype.lower()}-{i}", rtype.lower(), i))
-        return out
+    def _job_of_pod(self, pod: str) -> dict[str, Any]:
+        for job in self.jobs.values():
+            if any(p == pod for p, _, _ in _nodes(job)):
+                return job
+        raise KeyError(pod)
 
-    def _pods(self, ns: str, name: str) -> dict[str, Any]:
+    def _pods(self, ns: str, key: str, name: str) -> dict[str, Any]:
         items = []
-        if any(n == name for (_, n) in self.jobs):
-            for pod, rtype, i in self._replicas(name):
+        job = self.jobs.get((ns, name))
+        wanted = (
+            JOBSET_NAME if job and job["kind"] == "TrainJob" else "training.kubeflow.org/job-name"
+        )
+        if job is not None and key == wanted:
+            for pod, rtype, i in _nodes(job):
                 if isinstance(self.scenario, LocalOperator):
                     failed = self.scenario.procs[pod].poll() not in (None, 0)
                 else:
                     failed = self.scenario.fail_replica == f"{rtype}-{i}"
+                if job["kind"] == "TrainJob":
+                    labels = {
+                        JOBSET_NAME: name,
+                        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                        "jobset.sigs.k8s.io/job-index": "0",
+                        "batch.kubernetes.io/job-completion-index": str(i),
+                    }
+                    container = "node"
+                else:
+                    labels = {
+                        "training.kubeflow.org/job-name": name,
+                        "training.kubeflow.org/replica-type": rtype,
+                        "training.kubeflow.org/replica-index": str(i),
+                    }
+                    container = "tensorflow"
                 items.append(
                     {
-                        "metadata": {
-                            "name": pod,
-                            "namespace": ns,
-                            "labels": {
-                                "training.kubeflow.org/job-name": name,
-                                "training.kubeflow.org/replica-type": rtype,
-                                "training.kubeflow.org/replica-index": str(i),
-                            },
-                        },
+                        "metadata": {"name": pod, "namespace": ns, "labels": labels},
                         "status": {
                             "phase": "Failed" if failed else "Running",
                             "containerStatuses": [
                                 {
-                                    "name": "tensorflow",
+                                    "name": container,
                                     "ready": not failed,
                                     "restartCount": 0,
                                     "image": "img",
@@ -298,10 +393,62 @@ class FakeKubernetes:
         if isinstance(self.scenario, LocalOperator):
             with open(self.scenario.logs[pod], errors="replace") as fh:
                 return fh.read()
-        for name, rtype, i in self._replicas(pod.rsplit("-", 2)[0]):
+        for name, rtype, i in _nodes(self._job_of_pod(pod)):
             if name == pod and self.scenario.fail_replica == f"{rtype}-{i}":
                 return "starting\n" + self.scenario.fail_log
         return f"{pod}: epoch 1/1\n{pod}: done\n"
+
+
+def _nodes(job: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """``(pod name, replica type, index)`` of each node of a TFJob or TrainJob."""
+    name = job["metadata"]["name"]
+    if job["kind"] == "TrainJob":
+        # JobSet's pod names: <jobset>-<replicated job>-<job index>-<completion index>-<suffix>
+        return [
+            (f"{name}-node-0-{i}-x{i}", "node", i)
+            for i in range(job["spec"]["trainer"]["numNodes"])
+        ]
+    out = []
+    for rtype, spec in job["spec"]["tfReplicaSpecs"].items():
+        for i in range(spec["replicas"]):
+            out.append((f"{name}-{rtype.lower()}-{i}", rtype.lower(), i))
+    return out
+
+
+def _trainjob_status(job: dict[str, Any], phase: str, message: str) -> dict[str, Any]:
+    """A TrainJob status as Trainer v2 writes it: conditions Complete/Failed, and jobsStatus."""
+    conditions = []
+    if phase == "Succeeded":
+        conditions.append(
+            {"type": "Complete", "status": "True", "reason": "JobsCompleted", "message": message}
+        )
+    elif phase == "Failed":
+        conditions.append(
+            {"type": "Failed", "status": "True", "reason": "JobsFailed", "message": message}
+        )
+    for c in conditions:
+        c["lastTransitionTime"] = "2026-11-23T00:00:00Z"
+    running = phase == "Running"
+    return {
+        "conditions": conditions,
+        "jobsStatus": [
+            {
+                "name": "node",
+                "active": 1 if running else 0,
+                "ready": 1 if running else 0,
+                "succeeded": 1 if phase == "Succeeded" else 0,
+                "failed": 1 if phase == "Failed" else 0,
+                "suspended": 0,
+            }
+        ],
+    }
+
+
+def validate_trainjob(obj: dict[str, Any]) -> list[str]:
+    """Problems of a TrainJob against Trainer v2's CRD schema (tests/schemas/)."""
+    from crdschema import TRAINJOB_CRD, validate_crd
+
+    return validate_crd(obj, TRAINJOB_CRD)
 
 
 def _status(code: int, message: str) -> dict[str, Any]:
@@ -328,7 +475,6 @@ class LocalOperator(Scenario):
         self.logs: dict[str, str] = {}
 
     def start(self, job: dict[str, Any], log_dir: str) -> None:
-        import os
         import socket
         import subprocess
 
@@ -372,3 +518,113 @@ class LocalOperator(Scenario):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+RUNTIME_YAML = os.path.join(
+    os.path.dirname(__file__), "..", "k8s", "trainer-runtime", "clustertrainingruntime.yaml"
+)
+
+
+class LocalJobSet(LocalOperator):
+    """Plays Kubeflow Trainer v2 and the JobSet controller for real on this machine.
+
+    For a created TrainJob it merges the runtime it names (k8s/trainer-runtime/, read from the
+    repository) with the TrainJob's trainer fields as Trainer v2 does (image, command, args, env
+    upserted, numNodes pods), resolves the runtime's downward-API variables from the labels and
+    annotations JobSet and the Job controller give each pod, and runs each node as a local
+    process. No ``TF_CONFIG`` is given: the trainer must build it. The one addition a cluster
+    would not make is ``TFRS_PEER_ADDRESSES``: the nodes share 127.0.0.1 and need distinct ports,
+    where a cluster gives each pod its own DNS name on one port.
+    """
+
+    def start(self, job: dict[str, Any], log_dir: str) -> None:
+        import socket
+        import subprocess
+
+        import yaml
+
+        with open(RUNTIME_YAML) as fh:
+            runtime = yaml.safe_load(fh)
+        ref = job["spec"]["runtimeRef"]
+        assert (ref.get("kind"), ref["name"]) == (
+            "ClusterTrainingRuntime",
+            runtime["metadata"]["name"],
+        ), ref
+        (rjob,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        (container,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
+        trainer = job["spec"]["trainer"]
+        name, nodes = job["metadata"]["name"], trainer["numNodes"]
+        ports = []
+        for _ in range(nodes):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+        peers = ",".join(f"127.0.0.1:{p}" for p in ports)
+        command = trainer.get("command") or container["command"]
+        for i in range(nodes):
+            pod = f"{name}-node-0-{i}-x{i}"
+            meta = {
+                "labels": {
+                    "jobset.sigs.k8s.io/jobset-name": name,
+                    "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                    "jobset.sigs.k8s.io/job-index": "0",
+                },
+                "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
+            }
+            env = {e["name"]: _resolve_env(e, meta) for e in container.get("env", [])}
+            env.update({e["name"]: e["value"] for e in trainer.get("env", [])})
+            env["TFRS_PEER_ADDRESSES"] = peers
+            log = os.path.join(log_dir, f"{pod}.log")
+            self.logs[pod] = log
+            self.procs[pod] = subprocess.Popen(
+                [*self.command_prefix, *command[1:], *trainer.get("args", [])],
+                stdout=open(log, "w"),
+                stderr=subprocess.STDOUT,
+                env={**{k: v for k, v in self.env.items() if k != "TF_CONFIG"}, **env},
+            )
+
+
+def _resolve_env(var: dict[str, Any], meta: dict[str, dict[str, str]]) -> str:
+    """A container env var's value, its downward-API fieldRef resolved from the pod's metadata."""
+    if "value" in var:
+        return var["value"]
+    path = var["valueFrom"]["fieldRef"]["fieldPath"]
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    assert m, f"unsupported fieldPath {path}"
+    return meta[m[1]][m[2]]
+
+
+class Artifact:
+    """The part of a kfp output artifact the tasks use (uri, path, metadata, logged metrics)."""
+
+    def __init__(self, uri, metadata=None, path=None):
+        self.uri = uri
+        self.path = uri if path is None else path
+        self.metadata = dict(metadata or {})
+        self.logged = {}
+
+    def log_metric(self, k, v):
+        self.logged[k] = v
+
+    def log_confusion_matrix(self, classes, matrix):
+        self.logged["confusion"] = (classes, matrix)
+
+
+def kubeconfig(tmp_path: Any, url: str) -> str:
+    """A kubeconfig file pointing the official client at the stand-in on ``url``."""
+    import yaml
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return str(path)

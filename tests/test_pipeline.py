@@ -1,5 +1,6 @@
 """The compiled pipeline: up to date, valid against the pipeline spec proto, needs only kfp."""
 
+import json
 import subprocess
 import sys
 
@@ -89,7 +90,7 @@ def _k8s(docs, executor):
 def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
     import pytest
 
-    from tfrecord_suite.pipelines.placement import Placement
+    from tfrecord_suite.launch.placement import Placement
 
     gpu = _docs(
         compile_pipeline(
@@ -134,7 +135,7 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
     launcher = _docs(
         compile_pipeline(
             str(tmp_path / "tfjob.yaml"),
-            Placement(accelerator_type="nvidia-l4", accelerator_count=2, tfjob=True),
+            Placement(accelerator_type="nvidia-l4", accelerator_count=2, launch_job=True),
         )
     )
     train = _executors(launcher)["exec-train-op"]["container"]
@@ -147,7 +148,8 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
 
 
 def test_every_step_requests_cpu_and_memory_and_names_its_image(tmp_path):
-    from tfrecord_suite.pipelines.placement import STEP_REQUESTS, Deployment, Placement
+    from tfrecord_suite.launch.placement import Placement
+    from tfrecord_suite.pipelines.placement import STEP_REQUESTS, Deployment
 
     docs = _docs(
         compile_pipeline(
@@ -197,3 +199,40 @@ def test_bad_deployment_and_placement_fail_with_one_line(tmp_path):
         lines = r.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_launcher_is_a_pipeline_parameter_whose_default_compile_sets(tmp_path):
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli import main
+
+    def launcher_param(path):
+        with open(path) as fh:
+            spec = yaml.safe_load_all(fh).__next__()
+        param = spec["root"]["inputDefinitions"]["parameters"]["launcher"]
+        train = spec["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]["launcher"]
+        assert train == {"componentInputParameter": "launcher"}  # a run can override it
+        return param["defaultValue"]
+
+    assert launcher_param(compile_pipeline(str(tmp_path / "a.yaml"))) == "auto"
+    out = str(tmp_path / "b.yaml")
+    result = CliRunner().invoke(main, ["compile", "--output", out, "--launcher", "tfjob"])
+    assert result.exit_code == 0, result.output
+    assert launcher_param(out) == "tfjob"
+    # --tfjob, the flag's name before TrainJobs, still makes the step a launcher
+    out = str(tmp_path / "c.yaml")
+    result = CliRunner().invoke(main, ["compile", "--output", out, "--tfjob"])
+    assert result.exit_code == 0, result.output
+    with open(out) as fh:
+        spec = yaml.safe_load_all(fh).__next__()
+    placement = spec["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]["placement"]
+    assert json.loads(placement["runtimeValue"]["constant"])["launch_job"] is True
+    result = CliRunner().invoke(main, ["compile", "--output", out, "--launcher", "mpijob"])
+    assert result.exit_code != 0 and "--launcher 'mpijob'" in result.output
+
+
+def test_placements_compiled_before_the_rename_still_load():
+    from tfrecord_suite.launch.placement import Placement
+
+    old = '{"accelerator_count": 0, "accelerator_type": "", "tfjob": true}'
+    assert Placement.from_json(old).launch_job is True

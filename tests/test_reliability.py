@@ -141,3 +141,29 @@ def test_no_secret_reaches_logs_outputs_or_the_registry(tmp_path, jsonl_file):
     assert "beam option --s3_secret_access_key carries a credential" in refused.stderr
     assert secret not in refused.stdout + refused.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_rerun_replaces_an_unfinished_output_but_never_foreign_or_finished_files(tmp_path):
+    """Whatever moment a shard run dies at, the next run replaces what it left (work folder,
+    shards moved before the summary); a folder holding anything else, or a finished output,
+    still needs --overwrite."""
+    from conftest import write_csv
+
+    src = write_csv(str(tmp_path / "in.csv"), ["x", "label"], [[i, i % 2] for i in range(50)])
+    out = tmp_path / "out"
+    (out / ".tmp-shard-0123456789ab").mkdir(parents=True)
+    (out / ".tmp-shard-0123456789ab" / "spill-00001").write_bytes(b"partial")
+    (out / "train-00000-of-00001.tfrecord").write_bytes(b"half moved")
+    (out / "dead_letter-00000-of-00001.jsonl").write_text("{}\n")
+    summary = run_shard(ShardConfig(input=src, output=str(out), num_shards=1))
+    assert summary["records"] == 50
+    assert not any(p.name.startswith(".tmp-shard-") for p in out.iterdir())
+    with pytest.raises(ShardError, match="not empty"):  # finished: needs --overwrite
+        run_shard(ShardConfig(input=src, output=str(out), num_shards=1))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    (foreign / "train-00000-of-00001.tfrecord").write_bytes(b"x")
+    with pytest.raises(ShardError, match="not empty"):
+        run_shard(ShardConfig(input=src, output=str(foreign), num_shards=1))
+    assert (foreign / "notes.txt").read_text() == "mine"

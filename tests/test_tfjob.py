@@ -7,22 +7,15 @@ import os
 import signal
 
 import pytest
-import yaml
-from fakek8s import FakeKubernetes, Scenario, validate_tfjob
+from fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, validate_tfjob
 
 from tfrecord_suite import cliutil, storage, tasks
-from tfrecord_suite.pipelines.placement import Placement
-from tfrecord_suite.train.tfjob import (
-    TFJobCancelled,
-    TFJobConfig,
-    TFJobError,
-    TFJobLauncher,
-    job_name,
-    render_tfjob,
-)
+from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobError, JobLauncher, job_name
+from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.launch.tfjob import TFJob, render_tfjob
 from tfrecord_suite.train.trainer import TrainConfig
 
-GPU = Placement(accelerator_type="nvidia-l4", accelerator_count=2, shm_size="16Gi", tfjob=True)
+GPU = Placement(accelerator_type="nvidia-l4", accelerator_count=2, shm_size="16Gi", launch_job=True)
 
 
 def config(**kw):
@@ -37,7 +30,7 @@ def config(**kw):
         poll_seconds=0,
     )
     base.update(kw)
-    return TFJobConfig(**base)
+    return JobConfig(**base)
 
 
 def test_render_one_chief_three_workers_two_gpus_each():
@@ -114,7 +107,7 @@ def test_job_names_are_stable_dns_labels():
 def test_success_polls_reports_and_deletes():
     steps = [("Created", ""), ("Running", ""), ("Running", ""), ("Succeeded", "done")]
     with FakeKubernetes(Scenario(steps)) as k8s:
-        result = TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        result = JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
         assert result["state"] == "Succeeded"
         assert sorted(result["replicas"]) == ["chief-0", "worker-0", "worker-1", "worker-2"]
         assert "epoch 1/1" in result["replicas"]["chief-0"]["log"]
@@ -131,8 +124,8 @@ def test_failing_replica_fails_the_task_with_its_error():
         fail_log=log,
     )
     with FakeKubernetes(scenario) as k8s:
-        with pytest.raises(TFJobError) as err:
-            TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        with pytest.raises(JobError) as err:
+            JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
         text = str(err.value)
         assert "1 Worker replica(s) failed" in text
         assert "worker-1 (pod tfrs-train-abc-worker-1, phase Failed, exit code 1)" in text
@@ -140,8 +133,10 @@ def test_failing_replica_fails_the_task_with_its_error():
         assert "chief-0" not in text  # only the failing replica's log
         assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
     with FakeKubernetes(scenario) as k8s:
-        with pytest.raises(TFJobError):
-            TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config(keep_on_failure=True))
+        with pytest.raises(JobError):
+            JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(
+                config(keep_on_failure=True)
+            )
         assert k8s.deleted == [] and ("ml", "tfrs-train-abc") in k8s.jobs
 
 
@@ -155,15 +150,15 @@ def test_cancellation_deletes_the_job_even_when_keeping_failures():
 
     with FakeKubernetes(Scenario([("Running", "")])) as k8s:
         before = signal.getsignal(signal.SIGTERM)
-        with pytest.raises(TFJobCancelled):
-            TFJobLauncher(k8s.api_client(), sleep=sleep).run(config(keep_on_failure=True))
+        with pytest.raises(JobCancelled):
+            JobLauncher(TFJob, k8s.api_client(), sleep=sleep).run(config(keep_on_failure=True))
         assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
         assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_transient_api_errors_are_retried():
     with FakeKubernetes(Scenario([("Succeeded", "")]), errors=[503, 429, 500]) as k8s:
-        result = TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        result = JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
         assert result["state"] == "Succeeded"
         assert [m for m, _ in k8s.requests[:4]] == ["POST"] * 4
 
@@ -175,8 +170,8 @@ def test_timeout_gives_up_and_cleans_up():
         now[0] += 60
 
     with FakeKubernetes(Scenario([("Running", "")])) as k8s:
-        launcher = TFJobLauncher(k8s.api_client(), sleep=sleep, clock=lambda: now[0])
-        with pytest.raises(TFJobError, match="TimedOut: not finished after 300 s"):
+        launcher = JobLauncher(TFJob, k8s.api_client(), sleep=sleep, clock=lambda: now[0])
+        with pytest.raises(JobError, match="TimedOut: not finished after 300 s"):
             launcher.run(config(timeout_seconds=300))
         assert k8s.deleted
 
@@ -184,27 +179,13 @@ def test_timeout_gives_up_and_cleans_up():
 def test_retried_task_adopts_its_own_job_but_not_another_runs():
     with FakeKubernetes(Scenario([("Running", ""), ("Succeeded", "")])) as k8s:
         k8s.jobs[("ml", "tfrs-train-abc")] = render_tfjob(config())  # from the first attempt
-        result = TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        result = JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
         assert result["state"] == "Succeeded"
     with FakeKubernetes(Scenario([("Running", "")])) as k8s:
         k8s.jobs[("ml", "tfrs-train-abc")] = render_tfjob(config(run_id="someone-else"))
-        with pytest.raises(TFJobError, match="belongs to another run"):
-            TFJobLauncher(k8s.api_client(), sleep=lambda s: None).run(config())
+        with pytest.raises(JobError, match="belongs to another run"):
+            JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
         assert ("ml", "tfrs-train-abc") in k8s.jobs  # not ours: left alone
-
-
-class Artifact:
-    def __init__(self, uri, metadata=None, path=None):
-        self.uri = uri
-        self.path = uri if path is None else path
-        self.metadata = dict(metadata or {})
-        self.logged = {}
-
-    def log_metric(self, k, v):
-        self.logged[k] = v
-
-    def log_confusion_matrix(self, classes, matrix):
-        self.logged["confusion"] = (classes, matrix)
 
 
 def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
@@ -214,9 +195,10 @@ def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
     registry = str(tmp_path / "reg")
     shared = os.path.join(registry, "_runs", job_name("run-9"), "model")
 
-    with FakeKubernetes(Scenario([("Succeeded", "")])) as k8s:
-        monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, k8s.url))
-        monkeypatch.setattr("tfrecord_suite.train.tfjob.current_namespace", lambda: "ml")
+    # a cluster with only the Training Operator v1: launcher auto falls back to TFJob
+    with FakeKubernetes(Scenario([("Succeeded", "")]), serves=("tfjobs",)) as k8s:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
+        monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
         # what the chief writes at the end of a real run (tests/test_train.py runs one)
         storage.write_text(
             os.path.join(shared, "metrics.json"),
@@ -311,23 +293,6 @@ def test_trainer_args_round_trip_through_the_cli():
     assert seen["config"] == cfg
 
 
-def _kubeconfig(tmp_path, url):
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    return str(path)
-
-
 @pytest.mark.slow
 def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
     published_digits, tmp_path, monkeypatch
@@ -342,8 +307,8 @@ def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
     operator = LocalOperator([sys.executable, "-m", "tfrecord_suite.cli"], dict(os.environ))
     model_dir = str(tmp_path / "model")
     with FakeKubernetes(operator, log_dir=str(tmp_path)) as k8s:
-        monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, k8s.url))
-        monkeypatch.setattr("tfrecord_suite.train.tfjob.current_namespace", lambda: "ml")
+        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
+        monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
         model, metrics, cm, report = (
             Artifact(model_dir),
             Artifact(""),
@@ -365,6 +330,7 @@ def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
             report=report,
             workers=2,
             run_id="run-real",
+            launcher="tfjob",
         )
         assert k8s.deleted == [("ml", job_name("run-real"), "Foreground")]
     assert model.metadata["strategy"] == "CollectiveAllReduceStrategy"  # = MultiWorkerMirrored

@@ -752,7 +752,7 @@ def bench(as_json: bool, **values: Any) -> None:
 
 
 def _placement_cls() -> type:
-    from tfrecord_suite.pipelines.placement import Placement
+    from tfrecord_suite.launch.placement import Placement
 
     return Placement
 
@@ -781,10 +781,9 @@ def compile_(output: str, as_json: bool, **values: Any) -> None:
     accelerator limit); /dev/shm is always an in-memory volume.
     """
     from tfrecord_suite.pipelines.compile import compile_pipeline
-    from tfrecord_suite.pipelines.placement import Placement
 
     path = compile_pipeline(
-        output, cliutil.build(Placement, values), cliutil.build(_deployment_cls(), values)
+        output, cliutil.build(_placement_cls(), values), cliutil.build(_deployment_cls(), values)
     )
     _emit({"output": path}, as_json, lambda o: f"wrote {o['output']}")
 
@@ -836,11 +835,10 @@ def submit(
     The placement, image and resource flags are those of ``compile``: the uploaded version is
     compiled with them.
     """
-    from tfrecord_suite.pipelines.placement import Placement
     from tfrecord_suite.submit import parse_params, submit_pipeline
 
     result = submit_pipeline(
-        placement=cliutil.build(Placement, placement),
+        placement=cliutil.build(_placement_cls(), placement),
         deployment=cliutil.build(_deployment_cls(), placement),
         pipeline_root=pipeline_root,
         service_account=service_account,

@@ -78,6 +78,8 @@ def dataclass_options(
                 continue
             tp, optional = _unwrap_optional(hints[field.name])
             flag = "--" + field.name.replace("_", "-")
+            # earlier names of a renamed field, so existing scripts keep working
+            aliases = tuple(field.metadata.get("cli_aliases", ()))
             default = None if field.default is dataclasses.MISSING else field.default
             kwargs: dict[str, Any] = {"help": docs.get(field.name, ""), "show_default": True}
             if field.name in required or (
@@ -86,11 +88,12 @@ def dataclass_options(
             ):
                 kwargs["required"] = True
             if tp is bool:
-                opt = click.option(f"{flag}/--no-{flag[2:]}", field.name, default=default, **kwargs)
+                decls = [f"{f}/--no-{f[2:]}" for f in (flag, *aliases)]
+                opt = click.option(*decls, field.name, default=default, **kwargs)
             elif typing.get_origin(tp) is tuple:
                 opt = click.option(flag, field.name, type=_Size(), default=default, **kwargs)
             elif tp in (int, float, str):
-                opt = click.option(flag, field.name, type=tp, default=default, **kwargs)
+                opt = click.option(flag, *aliases, field.name, type=tp, default=default, **kwargs)
             else:
                 continue
             del optional

@@ -109,7 +109,7 @@ def submit_pipeline(
 ) -> dict[str, Any]:
     """Upload the compiled pipeline as a new version and create a run or a recurring run.
 
-    ``placement`` (a :class:`~tfrecord_suite.pipelines.placement.Placement`) compiles the train
+    ``placement`` (a :class:`~tfrecord_suite.launch.placement.Placement`) compiles the train
     step for GPUs/TPUs as ``tfrecord-suite compile`` would, and ``deployment`` (a
     :class:`~tfrecord_suite.pipelines.placement.Deployment`) names the images and the steps'
     CPU and memory; the run's pods use the Kubernetes ``service_account`` (Workload Identity to

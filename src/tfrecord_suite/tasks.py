@@ -17,6 +17,7 @@ derives the upload key from the URI and fails the task otherwise).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -238,6 +239,7 @@ def train_task(
     keep_failed_tfjob: bool = False,
     feature_config: str = "",
     trainer_image: str = "",
+    launcher: str = "",
 ) -> None:
     """Train on the version ``dataset_ref`` names; fill the model, metrics and report artifacts.
 
@@ -245,11 +247,12 @@ def train_task(
     checked against the manifest here, so a cached model always belongs to the same data.
 
     ``workers == 1`` trains in this process (all of its GPUs through MirroredStrategy) into
-    ``model.path``. ``workers > 1``, or a placement with ``tfjob``, launches a TFJob on
+    ``model.path``. ``workers > 1``, or a placement with ``launch_job``, launches a TrainJob or
+    TFJob (``launcher``: ``auto``, ``trainjob`` or ``tfjob``; empty: the placement's) on
     ``trainer_image``, placed as ``placement`` (JSON of
-    :class:`~tfrecord_suite.pipelines.placement.Placement`) says; its chief writes into a folder
-    of the run under the dataset registry (the replicas cannot reach this pod's disk), and the
-    export, metrics and report are then copied into ``model.path``.
+    :class:`~tfrecord_suite.launch.placement.Placement`) says; its chief writes into a folder of
+    the run under the dataset registry (the nodes cannot reach this pod's disk), and the export,
+    metrics and report are then copied into ``model.path``.
     """
     from tfrecord_suite.train.trainer import TrainConfig, TrainError, resolve_dataset
 
@@ -277,34 +280,48 @@ def train_task(
         feature_config=feature_config,
     )
     where = _placement(placement)
-    if workers == 1 and not where.tfjob:
+    if launcher and launcher != where.launcher:
+        with _final_on_bad_input("train"):
+            where = dataclasses.replace(where, launcher=launcher)
+    if workers == 1 and not where.launch_job:
         from tfrecord_suite.train.trainer import run_train
 
         with _final_on_bad_input("train"):  # a bad feature config or model function
             result = run_train(config)
     else:
-        result = _train_in_tfjob(
-            config, workers, where, run_id or model.uri, trainer_image, keep_failed_tfjob
+        result = _train_in_job(
+            config,
+            workers,
+            where,
+            where.launcher,
+            run_id or model.uri,
+            trainer_image,
+            keep_failed_tfjob,
         )
         _copy_model_outputs(result["model_dir"], model.path)
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
 
 
 def _placement(text: str) -> Any:
-    from tfrecord_suite.pipelines.placement import Placement
+    from tfrecord_suite.launch.placement import Placement
 
     return Placement.from_json(text)
 
 
-def _train_in_tfjob(
-    config: Any, workers: int, where: Any, run_key: str, trainer_image: str, keep_failed: bool
+def _train_in_job(
+    config: Any,
+    workers: int,
+    where: Any,
+    launcher: str,
+    run_key: str,
+    trainer_image: str,
+    keep_failed: bool,
 ) -> dict[str, Any]:
-    """Train in a TFJob whose chief writes under the dataset registry; return its metrics."""
-    import dataclasses
-
+    """Train in a TrainJob or TFJob whose chief writes under the registry; return its metrics."""
     from tfrecord_suite import cliutil
+    from tfrecord_suite.launch.discovery import choose_launcher
+    from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name, kubernetes_client
     from tfrecord_suite.registry.semver import DatasetRef
-    from tfrecord_suite.train.tfjob import TFJobConfig, TFJobLauncher, job_name
     from tfrecord_suite.train.trainer import METRICS_FILE
 
     name = job_name(run_key)
@@ -313,8 +330,11 @@ def _train_in_tfjob(
     config.validate()
     if config.strategy == "auto" and workers > 1:
         config.strategy = "multi_worker"
-    TFJobLauncher().run(
-        TFJobConfig(
+    with _final_on_bad_input("train"):  # no job API on the cluster: a retry will not help
+        api = kubernetes_client()
+        kind = choose_launcher(launcher, api)
+    JobLauncher(kind, api).run(
+        JobConfig(
             name=name,
             image=trainer_image or images.trainer_image(where.accelerator_resource),
             trainer_args=cliutil.to_args(config),
@@ -327,7 +347,7 @@ def _train_in_tfjob(
     return json.loads(storage.read_text(storage.join(shared, METRICS_FILE)))
 
 
-#: What Kubeflow keeps of a TFJob's model folder: the SavedModel, metrics and reports (the
+#: What Kubeflow keeps of a distributed job's model folder: the SavedModel, metrics and reports (the
 #: checkpoints and backups stay beside the run under the registry).
 _MODEL_OUTPUTS = ("export", "metrics.json", "report.md", "report.html", "transforms.json",
                   "training_curves.png",

@@ -329,7 +329,7 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     splits = convert.SplitSpec.parse(config.splits)
     if config.key_column is not None and fmt not in ("csv", "tsv", "jsonl", "parquet"):
         raise ValueError("--key-column applies to tabular formats only")
-    temp_dir = storage.join(output, f".tmp-shard-{uuid.uuid4().hex[:12]}")
+    temp_dir = storage.join(output, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}")
     storage.makedirs(temp_dir)
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
 
@@ -456,9 +456,36 @@ def read_dead_letters(output: str) -> Iterator[dict[str, Any]]:
                         yield json.loads(line)
 
 
+#: Folder of a run's work in progress inside its output; never part of a finished output.
+TEMP_PREFIX = ".tmp-shard-"
+
+
+def _is_own_partial_file(output: str, uri: str) -> bool:
+    """Whether ``uri`` is a file a shard run writes before its summary (a crash leftover)."""
+    rel = storage.relative_to(uri, output)
+    name = storage.basename(uri)
+    return (
+        rel.startswith(TEMP_PREFIX)
+        or naming.parse_shard_name(name) is not None
+        or naming.DEAD_LETTER_RE.match(name) is not None
+        or name in (SCHEMA_FILE, SUMMARY_MD)
+    )
+
+
 def _prepare_output(output: str, overwrite: bool) -> None:
     existing = storage.list_files(output)
     if not existing:
+        return
+    finished = any(storage.basename(f.uri) == SUMMARY_FILE for f in existing)
+    if not finished and all(_is_own_partial_file(output, f.uri) for f in existing):
+        # an earlier run of this step died before its summary: its files are not an output
+        _LOG.warning(
+            "output %s holds %d files of an unfinished shard run (no %s): replacing them",
+            output,
+            len(existing),
+            SUMMARY_FILE,
+        )
+        storage.delete_tree(output)
         return
     if not overwrite:
         raise ShardError(

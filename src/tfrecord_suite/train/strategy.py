@@ -1,18 +1,94 @@
-"""Picking a ``tf.distribute`` strategy, and who the chief is."""
+"""Picking a ``tf.distribute`` strategy, who the chief is, and ``TF_CONFIG`` on a JobSet node."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+from collections.abc import Mapping, MutableMapping
 from typing import Any
+
+from tfrecord_suite.errors import UserError
 
 _LOG = logging.getLogger(__name__)
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 
+# What a node of the TensorFlow TrainJob runtime (k8s/trainer-runtime/) is given. The launcher
+# sets the node count; the runtime passes the rest in through the downward API.
+NUM_NODES_ENV = "TFRS_NUM_NODES"
+#: The pod's completion index in its indexed Job (annotation
+#: batch.kubernetes.io/job-completion-index).
+NODE_RANK_ENV = "TFRS_NODE_RANK"
+#: Label jobset.sigs.k8s.io/jobset-name: the TrainJob's name, also the headless service's.
+JOBSET_NAME_ENV = "TFRS_JOBSET_NAME"
+#: Label jobset.sigs.k8s.io/replicatedjob-name.
+REPLICATED_JOB_ENV = "TFRS_REPLICATED_JOB"
+#: Label jobset.sigs.k8s.io/job-index.
+JOB_INDEX_ENV = "TFRS_JOB_INDEX"
+#: The port each node's TensorFlow server listens on.
+PORT_ENV = "TFRS_TF_PORT"
+#: Optional: the nodes' host:port in rank order, for nodes that cannot use JobSet's DNS names
+#: (host networking, or the local stand-in of tests/fakek8s.py).
+PEERS_ENV = "TFRS_PEER_ADDRESSES"
+
+
+def tf_config_from_node_env(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """``TF_CONFIG`` for a node of a TrainJob on the TensorFlow runtime (None elsewhere).
+
+    Every node is a ``worker``; worker 0 is the chief. Peer addresses are JobSet's pod DNS
+    names, ``<jobset>-<replicated job>-<job index>-<rank>.<subdomain>``, the subdomain being the
+    JobSet's name (Trainer v2 leaves JobSet's default), as Trainer v2 itself builds them.
+
+    Raises:
+        UserError: A variable is missing or not a number, or the peer list has the wrong length.
+
+    """
+    if NUM_NODES_ENV not in env:
+        return None
+
+    def number(name: str, default: str | None = None) -> int:
+        raw = env.get(name, default)
+        if raw is None or not str(raw).isdigit():
+            raise UserError(
+                f"{name}={raw!r}: a TrainJob node needs it as a number "
+                "(is the k8s/trainer-runtime runtime installed unchanged?)"
+            )
+        return int(raw)
+
+    nodes, rank = number(NUM_NODES_ENV), number(NODE_RANK_ENV)
+    if not 0 <= rank < max(nodes, 1):
+        raise UserError(f"{NODE_RANK_ENV}={rank} is outside 0..{nodes - 1}")
+    if env.get(PEERS_ENV):
+        peers = [p.strip() for p in env[PEERS_ENV].split(",")]
+        if len(peers) != nodes:
+            raise UserError(f"{PEERS_ENV} lists {len(peers)} addresses for {nodes} nodes")
+    else:
+        jobset = env.get(JOBSET_NAME_ENV, "")
+        if not jobset:
+            raise UserError(f"{JOBSET_NAME_ENV} is empty: cannot name the other nodes")
+        replicated_job = env.get(REPLICATED_JOB_ENV) or "node"
+        job_index, port = number(JOB_INDEX_ENV, "0"), number(PORT_ENV, "2222")
+        peers = [f"{jobset}-{replicated_job}-{job_index}-{i}.{jobset}:{port}" for i in range(nodes)]
+    return {"cluster": {"worker": peers}, "task": {"type": "worker", "index": rank}}
+
+
+def ensure_tf_config(env: MutableMapping[str, str] = os.environ) -> None:
+    """Set ``TF_CONFIG`` from a TrainJob node's environment when it is unset and nodes > 1."""
+    if env.get("TF_CONFIG"):
+        return
+    config = tf_config_from_node_env(env)
+    if config and len(config["cluster"]["worker"]) > 1:
+        env["TF_CONFIG"] = json.dumps(config)
+        _LOG.info(
+            "TF_CONFIG from the TrainJob node's environment: worker %d of %s",
+            config["task"]["index"],
+            config["cluster"]["worker"],
+        )
+
 
 def tf_config() -> dict[str, Any]:
-    """The parsed ``TF_CONFIG`` (empty when unset)."""
+    """The parsed ``TF_CONFIG`` (empty when unset), built first on a TrainJob node."""
+    ensure_tf_config()
     raw = os.environ.get("TF_CONFIG", "")
     if not raw:
         return {}
@@ -85,6 +161,8 @@ def make_strategy(name: str = "auto", cpu_devices: int = 1, tpu: str | None = No
 
     if name not in STRATEGIES:
         raise ValueError(f"--strategy {name!r}: use one of {', '.join(STRATEGIES)}")
+    # MultiWorkerMirroredStrategy reads TF_CONFIG itself: on a TrainJob node it must exist first
+    ensure_tf_config()
     if name == "multi_worker" or (name == "auto" and cluster_workers() > 1):
         # must be created before any other TensorFlow op touches the devices
         strategy = tf.distribute.MultiWorkerMirroredStrategy()

@@ -1,0 +1,434 @@
+"""The lifecycle of one multi-node training job: create or adopt, watch, report, clean up, cancel.
+
+A kfp task is one pod. For ``workers > 1`` the train step becomes a launcher: it creates a
+distributed job whose nodes run the same image and ``tfrecord-suite train`` arguments, waits for
+it, reports each node's state and log tail, deletes it, and fails with the failing node's own
+error. What differs between job APIs (the object, where its state is, how its pods are labelled)
+is a :class:`JobKind`: :mod:`~tfrecord_suite.launch.trainjob` for Kubeflow Trainer v2,
+:mod:`~tfrecord_suite.launch.tfjob` for the Training Operator v1. The lifecycle is written once,
+here, in the manner of the GCPC launcher's ``job_remote_runner`` (create, poll, cancel on SIGTERM).
+
+The job name is derived from the pipeline run, so a retried kfp task adopts the job its previous
+attempt created instead of starting a second one.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tfrecord_suite.errors import UserError
+from tfrecord_suite.launch.placement import Placement
+
+_LOG = logging.getLogger(__name__)
+
+RUN_LABEL = "tfrecord-suite/run"
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+_RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
+
+
+class JobError(RuntimeError):
+    """The job could not be created, failed, or did not finish in time."""
+
+
+class JobCancelled(JobError):
+    """The launcher was asked to stop (the kfp task was cancelled)."""
+
+
+class LauncherUnavailable(UserError):
+    """The cluster serves neither job API the launcher can use (or not the one asked for)."""
+
+
+@dataclasses.dataclass
+class JobConfig:
+    """One multi-node training job.
+
+    Attributes:
+        name: Job name (a DNS label, at most 63 characters).
+        image: Trainer image.
+        trainer_args: Arguments after ``tfrecord-suite train`` (same as the single-pod path).
+        workers: Nodes in all, the chief included.
+        namespace: Namespace to run in (the launcher's own by default).
+        placement: Accelerators, node selectors, tolerations and ``/dev/shm`` of each node.
+        service_account: Kubernetes service account of the nodes (Workload Identity to GCS).
+        run_id: Pipeline run the job belongs to (a label, so a retried task adopts its job).
+        keep_on_failure: Leave a failed job and its pods for inspection instead of deleting them.
+        timeout_seconds: Give up (and delete the job) after this long.
+        poll_seconds: Time between status checks.
+        backoff_limit: Restarts allowed before failing the job.
+        log_lines: Lines of each node's log reported at the end (and in a failure).
+
+    """
+
+    name: str
+    image: str
+    trainer_args: list[str]
+    workers: int
+    namespace: str = ""
+    placement: Placement = dataclasses.field(default_factory=Placement)
+    service_account: str = "tfrecord-suite"
+    run_id: str = ""
+    keep_on_failure: bool = False
+    timeout_seconds: float = 24 * 3600.0
+    poll_seconds: float = 10.0
+    backoff_limit: int = 3
+    log_lines: int = 40
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise UserError(f"a training job needs at least one node (got {self.workers})")
+        if not self.name or len(self.name) > 63:
+            raise UserError(f"job name {self.name!r} must be 1-63 characters")
+
+    def labels(self) -> dict[str, str]:
+        """Labels of the job and its pods."""
+        labels = {
+            "app.kubernetes.io/name": "tfrecord-suite",
+            "app.kubernetes.io/component": "trainer",
+        }
+        if self.run_id:
+            labels[RUN_LABEL] = label_value(self.run_id)
+        return labels
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeStatus:
+    """One node (pod) of a job at the end: where it is, how it ended, its last log lines."""
+
+    pod: str
+    phase: str | None
+    exit_code: int | None
+    log: str
+
+    @property
+    def failed(self) -> bool:
+        """Whether the node's trainer exited non-zero or its pod failed."""
+        return self.exit_code not in (None, 0) or self.phase == "Failed"
+
+
+class JobKind(abc.ABC):
+    """What one job API needs: its resource, its object, its state and its pods."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    #: The container running the trainer (its exit code and log are the node's).
+    container: str
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``."""
+        return f"{self.group}/{self.version}"
+
+    @abc.abstractmethod
+    def render(self, config: JobConfig) -> dict[str, Any]:
+        """The job object for ``config``."""
+
+    @abc.abstractmethod
+    def pod_selector(self, name: str) -> str:
+        """Label selector of the job's pods."""
+
+    @abc.abstractmethod
+    def node_name(self, labels: dict[str, str]) -> str:
+        """``chief-0``-style name of the node a pod with these labels is."""
+
+    @abc.abstractmethod
+    def state(self, job: dict[str, Any]) -> tuple[str, str]:
+        """``(state, message)``: ``Pending``, ``Running``, ``Succeeded`` or ``Failed``."""
+
+    @abc.abstractmethod
+    def progress(self, job: dict[str, Any]) -> str:
+        """One line of node counts from the job's status, for the log."""
+
+    def describe(self, config: JobConfig) -> str:
+        """What was created, for the log."""
+        return f"{config.workers} nodes"
+
+    def creation_hint(self, status: int, body: str) -> str:
+        """Extra advice for a create call the API server refused (empty: none)."""
+        return ""
+
+
+def job_name(run_id: str, prefix: str = "tfrs-train") -> str:
+    """A stable, valid job name for a pipeline run."""
+    return f"{prefix}-{hashlib.sha256(run_id.encode()).hexdigest()[:12]}"
+
+
+def current_namespace(default: str = "default") -> str:
+    """The namespace this pod runs in (its service account's), or ``default`` outside a cluster."""
+    try:
+        with open(NAMESPACE_FILE) as fh:
+            return fh.read().strip() or default
+    except OSError:
+        return default
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<= 63 characters of [A-Za-z0-9_.-])."""
+    safe = "".join(c if c.isalnum() or c in "_.-" else "-" for c in text).strip("-_.")
+    return safe[:63].rstrip("-_.") or "run"
+
+
+def last_true_condition(job: dict[str, Any]) -> tuple[str, str] | None:
+    """``(type, message)`` of the job's last condition whose status is True."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    true = [c for c in conditions if str(c.get("status")) == "True"]
+    if not true:
+        return None
+    return true[-1].get("type", "Unknown"), true[-1].get("message", "")
+
+
+def retrying(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Retry on transient Kubernetes API errors (429, 5xx, connection failures)."""
+    from google.api_core import retry as retry_lib
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    def transient(exc: Exception) -> bool:
+        if isinstance(exc, ApiException):
+            return exc.status in _RETRYABLE_STATUS
+        return isinstance(exc, HTTPError | ConnectionError)
+
+    return retry_lib.Retry(
+        predicate=transient, initial=0.5, maximum=10.0, multiplier=2.0, timeout=120.0
+    )(fn)
+
+
+def kubernetes_client() -> Any:
+    """An ``ApiClient`` from the in-cluster config, or from the kubeconfig outside a cluster."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        # the client reads KUBECONFIG when it is imported; read it now instead
+        path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        try:
+            config.load_kube_config(config_file=path)
+        except (config.ConfigException, OSError) as exc:
+            raise LauncherUnavailable(
+                "no Kubernetes API to launch the training job with: not in a cluster, and "
+                f"{path} is not a usable kubeconfig ({exc})"
+            ) from None
+    return client.ApiClient()
+
+
+class JobLauncher:
+    """Creates a job of one :class:`JobKind`, waits for it and cleans it up."""
+
+    def __init__(
+        self,
+        kind: JobKind,
+        api_client: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        """Use ``api_client``, or load in-cluster config (kubeconfig outside a cluster)."""
+        from kubernetes import client
+
+        api_client = api_client if api_client is not None else kubernetes_client()
+        self.kind = kind
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self._sleep = sleep
+        self._clock = clock
+
+    # ------------------------------------------------------------------------------- API calls
+
+    def _resource(self) -> tuple[str, str]:
+        return self.kind.group, self.kind.version
+
+    def _create(self, body: dict[str, Any]) -> dict[str, Any]:
+        # Strict: a field this cluster's CRD version does not know is an error, not dropped
+        return retrying(self.custom.create_namespaced_custom_object)(
+            *self._resource(),
+            body["metadata"]["namespace"],
+            self.kind.plural,
+            body,
+            field_validation="Strict",
+        )
+
+    def _get(self, namespace: str, name: str) -> dict[str, Any]:
+        return retrying(self.custom.get_namespaced_custom_object)(
+            *self._resource(), namespace, self.kind.plural, name
+        )
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Delete the job and (foreground propagation) its pods; a missing job is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            retrying(self.custom.delete_namespaced_custom_object)(
+                *self._resource(),
+                namespace,
+                self.kind.plural,
+                name,
+                propagation_policy="Foreground",
+            )
+            _LOG.info("deleted %s %s/%s", self.kind.kind, namespace, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def node_logs(self, namespace: str, name: str, lines: int) -> dict[str, NodeStatus]:
+        """Each node's pod, phase, exit code and last ``lines`` log lines."""
+        from kubernetes.client.exceptions import ApiException
+
+        pods = retrying(self.core.list_namespaced_pod)(
+            namespace, label_selector=self.kind.pod_selector(name)
+        )
+        out = {}
+        for pod in pods.items:
+            exit_code = None
+            for status in (pod.status.container_statuses or []) if pod.status else []:
+                terminated = status.state.terminated if status.state else None
+                if status.name == self.kind.container and terminated is not None:
+                    exit_code = terminated.exit_code
+            try:
+                log = retrying(self.core.read_namespaced_pod_log)(
+                    pod.metadata.name, namespace, container=self.kind.container, tail_lines=lines
+                )
+            except ApiException as exc:
+                log = f"(log unavailable: {exc.status} {exc.reason})"
+            out[self.kind.node_name(pod.metadata.labels or {})] = NodeStatus(
+                pod=pod.metadata.name,
+                phase=pod.status.phase if pod.status else None,
+                exit_code=exit_code,
+                log=log or "",
+            )
+        return dict(sorted(out.items()))
+
+    # ------------------------------------------------------------------------------------ run
+
+    def run(self, config: JobConfig) -> dict[str, Any]:
+        """Create (or adopt) the job, wait for it, clean up; return its final status.
+
+        Raises:
+            JobError: A node failed (its log tail is in the message), the job did not finish
+                within ``timeout_seconds``, the API server refused it, or a job of another run
+                holds the name.
+            JobCancelled: SIGTERM arrived (the kfp task was cancelled); the job was deleted.
+
+        """
+        config.namespace = config.namespace or current_namespace()
+        self._create_or_adopt(config)
+        ns, name = config.namespace, config.name
+        failed, cancelled = True, False
+        try:
+            with _cancel_on_sigterm(self.kind.kind):
+                try:
+                    state, message = self._wait(config)
+                except JobCancelled:
+                    cancelled = True
+                    raise
+            logs = self.node_logs(ns, name, config.log_lines)
+            if state != "Succeeded":
+                raise JobError(self._failure_message(ns, name, state, message, logs))
+            failed = False
+            for node, status in logs.items():
+                _LOG.info("%s (%s) log tail:\n%s", node, status.pod, status.log)
+            return {
+                "kind": self.kind.kind,
+                "name": name,
+                "namespace": ns,
+                "state": state,
+                "replicas": {n: dataclasses.asdict(s) for n, s in logs.items()},
+            }
+        finally:
+            if failed and config.keep_on_failure and not cancelled:
+                _LOG.warning("keeping failed %s %s/%s for inspection", self.kind.kind, ns, name)
+            else:
+                self.delete(ns, name)
+
+    def _create_or_adopt(self, config: JobConfig) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        ns, name, kind = config.namespace, config.name, self.kind.kind
+        body = self.kind.render(config)
+        try:
+            self._create(body)
+            _LOG.info("created %s %s/%s: %s", kind, ns, name, self.kind.describe(config))
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                hint = self.kind.creation_hint(exc.status, str(exc.body or ""))
+                raise JobError(
+                    f"could not create {kind} {ns}/{name}: {exc.status} {exc.reason}"
+                    + (f": {_status_message(exc)}" if _status_message(exc) else "")
+                    + (f"\n{hint}" if hint else "")
+                ) from exc
+        existing = self._get(ns, name)
+        theirs = (existing.get("metadata", {}).get("labels") or {}).get(RUN_LABEL)
+        if not config.run_id or theirs != body["metadata"]["labels"].get(RUN_LABEL):
+            raise JobError(
+                f"{kind} {ns}/{name} already exists and belongs to another run ({theirs})"
+            )
+        _LOG.info(
+            "%s %s/%s exists from an earlier attempt of this run: adopting it", kind, ns, name
+        )
+
+    def _wait(self, config: JobConfig) -> tuple[str, str]:
+        deadline = self._clock() + config.timeout_seconds
+        last = None
+        while True:
+            job = self._get(config.namespace, config.name)
+            state, message = self.kind.state(job)
+            summary = f"{state} {self.kind.progress(job)}".rstrip()
+            if summary != last:
+                _LOG.info("%s %s: %s", self.kind.kind, config.name, summary)
+                last = summary
+            if state in ("Succeeded", "Failed"):
+                return state, message
+            if self._clock() >= deadline:
+                return "TimedOut", f"not finished after {config.timeout_seconds:.0f} s"
+            self._sleep(config.poll_seconds)
+
+    def _failure_message(
+        self, ns: str, name: str, state: str, message: str, logs: dict[str, NodeStatus]
+    ) -> str:
+        bad = [node for node, status in logs.items() if status.failed]
+        lines = [f"{self.kind.kind} {ns}/{name} {state}: {message or 'no message'}"]
+        for node in bad or list(logs):
+            status = logs[node]
+            lines.append(
+                f"--- {node} (pod {status.pod}, phase {status.phase}, exit code "
+                f"{status.exit_code}), last lines:\n{status.log.rstrip()}"
+            )
+        return "\n".join(lines)
+
+
+def _status_message(exc: Any) -> str:
+    """The ``message`` of the Status object an API error carries (empty when there is none)."""
+    import json
+
+    try:
+        return str(json.loads(exc.body).get("message", ""))
+    except (TypeError, ValueError, AttributeError):
+        return ""
+
+
+@contextlib.contextmanager
+def _cancel_on_sigterm(kind: str) -> Iterator[None]:
+    """Turn SIGTERM (kfp cancelling the task) into JobCancelled so ``finally`` cleans up."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise JobCancelled(f"cancelled (SIGTERM): deleting the {kind}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: cancellation is the caller's business
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,139 @@
+"""Where the trainer runs on Kubernetes: accelerators, node selectors, tolerations, ``/dev/shm``.
+
+Placement is chosen when the pipeline is compiled (``tfrecord-suite compile --accelerator-type
+nvidia-l4 --accelerator-count 2``), because Kubernetes resource requests cannot be switched on and
+off by a run parameter without conditional branches that ``kfp.local`` cannot run. The default
+places nothing special, which is what local runs use. The same placement applies to the train
+step's pod (``tfrecord_suite.pipelines.placement.apply_placement``) or to the nodes of the
+distributed job it launches (``tfjob``, ``trainjob``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfrecord_suite.errors import UserError
+from tfrecord_suite.images import GPU_RESOURCE, TPU_RESOURCE, ImageSet
+
+#: Values of ``--launcher``.
+LAUNCHERS = ("auto", "trainjob", "tfjob")
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Kubernetes placement of the train step.
+
+    Attributes:
+        accelerator_type: GKE accelerator, e.g. ``nvidia-l4``, ``nvidia-tesla-a100``, or a TPU
+            type such as ``tpu-v5-lite-podslice``; empty for CPU only.
+        accelerator_count: GPUs (or TPU chips) per trainer pod.
+        tpu_topology: TPU slice topology, e.g. ``2x4``; makes the accelerator a TPU.
+        shm_size: Size of the in-memory ``/dev/shm`` volume of the trainer.
+        cpu_limit: CPU limit of the trainer (Kubernetes quantity), empty for none.
+        memory_limit: Memory limit of the trainer, empty for none.
+        launch_job: Always train in a separate distributed job (a TrainJob or TFJob, as
+            ``launcher`` picks), even with one worker: the train step's own pod stays a small
+            launcher and the accelerators go to the job's nodes. Without it, one worker trains
+            in the step's pod and more launch a job (the step's pod then holds its accelerators
+            idle while it waits).
+        launcher: How multi-node training is launched: ``trainjob`` (Kubeflow Trainer v2),
+            ``tfjob`` (Training Operator v1), or ``auto`` (asks the cluster which it serves,
+            TrainJob first). The compiled pipeline's default for its ``launcher`` parameter.
+
+    """
+
+    accelerator_type: str = ""
+    accelerator_count: int = 0
+    tpu_topology: str = ""
+    shm_size: str = "8Gi"
+    cpu_limit: str = ""
+    memory_limit: str = ""
+    launch_job: bool = dataclasses.field(default=False, metadata={"cli_aliases": ("--tfjob",)})
+    launcher: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.accelerator_count < 0:
+            raise UserError("--accelerator-count must be >= 0")
+        if self.accelerator_count and not self.accelerator_type:
+            raise UserError("--accelerator-count needs --accelerator-type")
+        if self.tpu_topology and self.accelerator_type and not self.is_tpu_type:
+            raise UserError(
+                f"--accelerator-type {self.accelerator_type} is a GPU but --tpu-topology "
+                f"{self.tpu_topology} asks for a TPU slice: give a TPU type (tpu-...) or drop "
+                "--tpu-topology"
+            )
+        if self.launcher not in LAUNCHERS:
+            raise UserError(f"--launcher {self.launcher!r}: use one of {', '.join(LAUNCHERS)}")
+        if self.tpu_topology and not self.accelerator_type:
+            raise UserError(
+                "--tpu-topology needs a TPU --accelerator-type, e.g. tpu-v5-lite-podslice"
+            )
+
+    @property
+    def is_tpu_type(self) -> bool:
+        """Whether the accelerator type names a TPU (GKE's TPU types start with ``tpu``)."""
+        return self.accelerator_type.startswith("tpu")
+
+    @property
+    def is_tpu(self) -> bool:
+        """Whether the accelerator is a TPU slice."""
+        return self.is_tpu_type
+
+    @property
+    def accelerator_resource(self) -> str:
+        """The extended resource name of the accelerator (empty without one)."""
+        if not self.accelerator_type:
+            return ""
+        return TPU_RESOURCE if self.is_tpu else GPU_RESOURCE
+
+    def node_selector(self) -> dict[str, str]:
+        """GKE node labels that pick the accelerator's node pool."""
+        if not self.accelerator_type:
+            return {}
+        if self.is_tpu:
+            out = {"cloud.google.com/gke-tpu-accelerator": self.accelerator_type}
+            if self.tpu_topology:
+                out["cloud.google.com/gke-tpu-topology"] = self.tpu_topology
+            return out
+        return {"cloud.google.com/gke-accelerator": self.accelerator_type}
+
+    def tolerations(self) -> list[dict[str, str]]:
+        """Tolerations for the taint GKE puts on accelerator node pools."""
+        if not self.accelerator_type:
+            return []
+        return [{"key": self.accelerator_resource, "operator": "Exists", "effect": "NoSchedule"}]
+
+    def limits(self) -> dict[str, str]:
+        """Container resource limits as Kubernetes quantities."""
+        out = {}
+        if self.cpu_limit:
+            out["cpu"] = self.cpu_limit
+        if self.memory_limit:
+            out["memory"] = self.memory_limit
+        if self.accelerator_type:
+            out[self.accelerator_resource] = str(max(1, self.accelerator_count))
+        return out
+
+    def to_json(self) -> str:
+        """The placement as JSON (baked into the compiled pipeline for the job launcher)."""
+        import json
+
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Placement:
+        """Inverse of :meth:`to_json`; ``""`` gives the default placement."""
+        import json
+
+        fields = json.loads(text) if text else {}
+        if "tfjob" in fields:  # the name before TrainJobs, in pipelines compiled then
+            fields["launch_job"] = fields.pop("tfjob")
+        return cls(**fields)
+
+    def trainer_image(self, images: ImageSet) -> str:
+        """The image the trainer runs in on this placement (GPU, TPU or CPU build)."""
+        return images.trainer(self.accelerator_resource)
+
+    def step_image(self, images: ImageSet) -> str:
+        """The image of the train step's own pod: a job launcher needs only the CPU image."""
+        return images.component if self.launch_job else self.trainer_image(images)
