@@ -155,3 +155,26 @@ def test_shard_unknown_flag_is_an_error_and_beam_options_follow_the_separator(tm
         f"error: --input {tmp_path / 'raw.csv'} is a local path but --runner DataflowRunner runs "
         "on remote workers that cannot see this machine's disk: use a gs:// path"
     )
+
+
+def test_user_errors_are_one_line_and_bugs_keep_their_traceback(tmp_path, monkeypatch):
+    """UserError (and its subclasses: bad data, bad flags) is one ``error:`` line; any other
+    exception is a bug and is not disguised as one, even a plain ValueError; --debug shows the
+    traceback of both."""
+    import tfrecord_suite.pipelines.compile as compile_module
+
+    def bug(*args, **kwargs):
+        raise ValueError("internal invariant broken")
+
+    r = CliRunner().invoke(
+        main, ["compile", "--output", str(tmp_path / "p.yaml"), "--launcher", "x"]
+    )
+    assert r.exit_code == 2 and r.output.strip().startswith("error: --launcher 'x'")
+    r = CliRunner().invoke(
+        main, ["--debug", "compile", "--output", str(tmp_path / "p.yaml"), "--launcher", "x"]
+    )
+    assert r.exit_code != 0 and isinstance(r.exception, ValueError)  # raised, not summarized
+    monkeypatch.setattr(compile_module, "compile_pipeline", bug)
+    r = CliRunner().invoke(main, ["compile", "--output", str(tmp_path / "p.yaml")])
+    assert r.exit_code == 1 and "error:" not in r.output
+    assert str(r.exception) == "internal invariant broken"  # the traceback stays

@@ -15,7 +15,7 @@ from tfrecord_suite.registry.registry import (
     VerificationError,
     load_manifest,
 )
-from tfrecord_suite.registry.semver import DatasetRef, NameError_, Version
+from tfrecord_suite.registry.semver import DatasetRef, InvalidName, Version
 from tfrecord_suite.schema import Feature, Schema
 
 BASE_SCHEMA = Schema(
@@ -229,7 +229,7 @@ def test_aliases_compare_and_swap_and_no_lost_writes(tmp_path):
 @pytest.mark.parametrize("bad", ["../x", "", "A", "x/y", "a\x00b", "..", "-x"])
 def test_hostile_names_rejected(tmp_path, bad):
     reg = Registry(str(tmp_path))
-    with pytest.raises(NameError_, match="invalid"):
+    with pytest.raises(InvalidName, match="invalid"):
         reg.dataset_dir(bad)
     assert not os.listdir(tmp_path)
 
@@ -237,14 +237,14 @@ def test_hostile_names_rejected(tmp_path, bad):
 def test_versions_and_refs_parse():
     assert Version.parse("1.2.3") < Version.parse("1.10.0")
     for bad in ("1.2", "v1.2.0", "01.2.3", "1.2.3.4", ""):
-        with pytest.raises(NameError_):
+        with pytest.raises(InvalidName):
             Version.parse(bad)
     ref = DatasetRef.parse("gs://bucket/reg/penguins@1")
     assert (ref.root, ref.dataset, ref.selector) == ("gs://bucket/reg", "penguins", "1")
     assert DatasetRef.parse("/r/d").selector == "latest"
-    with pytest.raises(NameError_):
+    with pytest.raises(InvalidName):
         DatasetRef.parse("/r/..@latest")
-    with pytest.raises(NameError_):
+    with pytest.raises(InvalidName):
         DatasetRef.parse("penguins@1")
 
 

@@ -89,7 +89,7 @@ def test_images_that_are_not_images_fail_clearly(tmp_path):
 
 def test_hostile_split_names_and_dataset_names_write_nothing(tmp_path, jsonl_file):
     from tfrecord_suite.registry.registry import Registry
-    from tfrecord_suite.registry.semver import NameError_
+    from tfrecord_suite.registry.semver import InvalidName
 
     out = tmp_path / "out"
     for splits in ("../../etc=1", "a/b=1", "x\x07y=1"):
@@ -98,7 +98,7 @@ def test_hostile_split_names_and_dataset_names_write_nothing(tmp_path, jsonl_fil
     assert not out.exists()
     reg = Registry(str(tmp_path / "reg"))
     for name in ("../../etc", "a/b", "x\x07y", ""):
-        with pytest.raises(NameError_):
+        with pytest.raises(InvalidName):
             reg.publish(str(tmp_path), name)
     assert not (tmp_path / "reg").exists()
 

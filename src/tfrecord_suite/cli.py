@@ -18,35 +18,19 @@ from typing import Any
 import click
 
 from tfrecord_suite import __version__, cliutil, storage
+from tfrecord_suite.errors import UserError
 
 EXIT_USAGE = 2
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from tfrecord_suite.registry.models import ModelRegistryError
-    from tfrecord_suite.registry.registry import RegistryError
-    from tfrecord_suite.schema import SchemaError
-    from tfrecord_suite.shard.sources import InputError
+    """What the CLI shows as one line: what the user can fix, and faults of the environment.
 
-    errors: list[type[BaseException]] = [
-        ValueError,
-        ModelRegistryError,
-        FileNotFoundError,
-        RegistryError,
-        SchemaError,
-        InputError,
-        storage.StorageError,
-    ]
-    from tfrecord_suite.shard.step import ShardError
+    Everything else is a bug and keeps its traceback (as does everything with ``--debug``).
+    """
+    from tfrecord_suite.image_build import ImageBuildError
 
-    errors.append(ShardError)
-    try:
-        from tfrecord_suite.train.trainer import TrainError
-
-        errors.append(TrainError)
-    except ImportError:  # the train extra is not installed
-        pass
-    return tuple(errors)
+    return (UserError, FileNotFoundError, storage.StorageError, ImageBuildError)
 
 
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -290,7 +274,7 @@ def version_diff(ref_a: str, ref_b: str, as_json: bool) -> None:
     reg, dataset, a = _parse_ref(ref_a)
     reg_b, dataset_b, b = _parse_ref(ref_b)
     if (reg_b.root, dataset_b) != (reg.root, dataset):
-        raise ValueError("diff compares two versions of the same dataset in the same registry")
+        raise UserError("diff compares two versions of the same dataset in the same registry")
     d = reg.diff(dataset, a, b)
 
     def human(d: dict[str, Any]) -> str:
@@ -372,7 +356,7 @@ def _model_registry(root: str) -> Any:
 def _resolve_model(reg: Any, name: str, selector: str) -> Any:
     model = reg.resolve(name, selector)
     if model is None:
-        raise ValueError(f"model {name} has no version {selector!r} in {reg.root}")
+        raise UserError(f"model {name} has no version {selector!r} in {reg.root}")
     return model
 
 
@@ -607,7 +591,7 @@ def run(
     if input_format == "auto":
         sources.detect_format(input_uri, files)
     elif input_format not in sources.FORMATS:
-        raise ValueError(
+        raise UserError(
             f"--format {input_format!r}: use auto or one of {', '.join(sources.FORMATS)}"
         )
     name = check_name(dataset_name or _default_name(input_uri))

@@ -12,12 +12,14 @@ from typing import IO
 
 import google_crc32c
 
+from tfrecord_suite.errors import UserError
+
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8
 
 
-class FramingError(ValueError):
+class FramingError(UserError):
     """A record is truncated or its checksum does not match."""
 
 

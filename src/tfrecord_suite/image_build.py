@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfrecord_suite import images
+from tfrecord_suite.errors import UserError
 
 _LOG = logging.getLogger(__name__)
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,7 +67,7 @@ class ImageBuildConfig:
         keys = [k.strip() for k in self.only.split(",") if k.strip()]
         unknown = [k for k in keys if k not in table]
         if unknown:
-            raise ValueError(f"--only: unknown image(s) {unknown}; known: {', '.join(table)}")
+            raise UserError(f"--only: unknown image(s) {unknown}; known: {', '.join(table)}")
         return {k: v for k, v in table.items() if not keys or k in keys}
 
 

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tfrecord_suite.errors import UserError
+
 SCHEMA_VERSION = 1
 DTYPES = ("int64", "float32", "string")
 KINDS = ("numeric", "categorical", "text", "image", "image_raw", "meta")
@@ -27,7 +29,7 @@ _MAX_CATEGORICAL_LENGTH = 64
 _NUMERIC_SHARE = 0.99
 
 
-class SchemaError(ValueError):
+class SchemaError(UserError):
     """A schema is invalid or does not fit the data; the message names the feature."""
 
 

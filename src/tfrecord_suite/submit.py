@@ -26,11 +26,9 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise ValueError(f"--param {pair!r}: write name=value")
+            raise UserError(f"--param {pair!r}: write name=value")
         if key not in inputs:
-            raise ValueError(
-                f"--param {key!r} is not a pipeline parameter; known: {sorted(inputs)}"
-            )
+            raise UserError(f"--param {key!r} is not a pipeline parameter; known: {sorted(inputs)}")
         kind = inputs[key].type
         try:
             if kind == "Integer":
@@ -48,7 +46,7 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
             else:
                 out[key] = value
         except ValueError:
-            raise ValueError(f"--param {key}={value!r}: expected a {kind}") from None
+            raise UserError(f"--param {key}={value!r}: expected a {kind}") from None
     return out
 
 

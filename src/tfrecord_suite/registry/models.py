@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 from tfrecord_suite import __version__, storage
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.registry.semver import check_name
 
 _LOG = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ ALIASES = "aliases"
 _ATTEMPTS = 20
 
 
-class ModelRegistryError(RuntimeError):
+class ModelRegistryError(UserError, RuntimeError):
     """A model version is missing, corrupt or cannot be registered."""
 
 

@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from tfrecord_suite import __version__, naming, storage
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.registry.semver import (
     DatasetRef,
-    NameError_,
+    InvalidName,
     Version,
     bump_rank,
     check_name,
@@ -48,7 +49,7 @@ MANIFEST_FORMAT = 1
 _PUBLISH_ATTEMPTS = 20
 
 
-class RegistryError(RuntimeError):
+class RegistryError(UserError, RuntimeError):
     """A registry operation cannot proceed; the message says why."""
 
 
@@ -342,7 +343,7 @@ class Registry:
         """
         check_name(dataset)
         if bump not in ("auto", "major", "minor", "patch"):
-            raise ValueError(f"--bump {bump!r}: use auto, major, minor or patch")
+            raise UserError(f"--bump {bump!r}: use auto, major, minor or patch")
         staged = storage.normalize(staged)
         body = self._describe_staged(staged)
         for attempt in range(1, _PUBLISH_ATTEMPTS + 1):
@@ -688,7 +689,7 @@ def load_manifest(text: str, where: str = "manifest") -> dict[str, Any]:
         Version.parse(data["version"])
         check_name(data["dataset"])
         Schema.from_dict(data["schema"])
-    except (NameError_, ValueError) as exc:
+    except (InvalidName, ValueError) as exc:
         raise RegistryError(f"{where}: {exc}") from None
     for i, s in enumerate(data["shards"]):
         if not isinstance(s, dict) or not isinstance(s.get("path"), str):
@@ -722,7 +723,7 @@ def shard_uris(manifest: dict[str, Any], version_dir: str, split: str) -> list[s
 def _safe(name: str) -> bool:
     try:
         check_name(name)
-    except NameError_:
+    except InvalidName:
         return False
     return True
 

@@ -6,13 +6,14 @@ import dataclasses
 import re
 
 from tfrecord_suite import storage
+from tfrecord_suite.errors import UserError
 
 _VERSION_RE = re.compile(r"^(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})$")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 BUMPS = ("major", "minor", "patch")
 
 
-class NameError_(ValueError):
+class InvalidName(UserError):
     """An invalid dataset, alias or version name."""
 
 
@@ -29,12 +30,12 @@ class Version:
         """Parse ``MAJOR.MINOR.PATCH``.
 
         Raises:
-            NameError_: Anything else (``1.2``, ``v1.2.0``, leading zeros...).
+            InvalidName: Anything else (``1.2``, ``v1.2.0``, leading zeros...).
 
         """
         m = _VERSION_RE.match(text or "")
         if not m:
-            raise NameError_(f"version {text!r} is not MAJOR.MINOR.PATCH (e.g. 1.2.0)")
+            raise InvalidName(f"version {text!r} is not MAJOR.MINOR.PATCH (e.g. 1.2.0)")
         return cls(int(m[1]), int(m[2]), int(m[3]))
 
     @staticmethod
@@ -50,7 +51,7 @@ class Version:
             return Version(self.major, self.minor + 1, 0)
         if kind == "patch":
             return Version(self.major, self.minor, self.patch + 1)
-        raise ValueError(f"bump {kind!r} is not one of {BUMPS}")
+        raise UserError(f"bump {kind!r} is not one of {BUMPS}")
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}.{self.patch}"
@@ -68,11 +69,11 @@ def check_name(name: str, what: str = "dataset") -> str:
     can never escape the registry folder (``..``, ``/``, control characters).
 
     Raises:
-        NameError_: With a message saying what is allowed.
+        InvalidName: With a message saying what is allowed.
 
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise NameError_(
+        raise InvalidName(
             f"{what} name {name!r} is invalid: use 1-63 lower-case letters, digits, '-' or '_', "
             "starting with a letter or digit"
         )
@@ -96,7 +97,7 @@ class DatasetRef:
         """Parse a reference; ``@latest`` is implied when no selector is given.
 
         Raises:
-            NameError_: The dataset name or selector is invalid.
+            InvalidName: The dataset name or selector is invalid.
 
         """
         base, sep, selector = text.rpartition("@")
@@ -104,13 +105,13 @@ class DatasetRef:
             base, selector = text, "latest"
         base = base.rstrip("/")
         if "/" not in base:
-            raise NameError_(
+            raise InvalidName(
                 f"dataset reference {text!r} needs a registry: <registry>/<dataset>@<version>"
             )
         root, dataset = storage.parent(base), storage.basename(base)
         check_name(dataset)
         if not selector:
-            raise NameError_(f"dataset reference {text!r} has an empty selector after '@'")
+            raise InvalidName(f"dataset reference {text!r} has an empty selector after '@'")
         if not (Version.is_version(selector) or re.fullmatch(r"\d+(\.\d+)?", selector)):
             check_name(selector, "alias")
         return cls(storage.normalize(root) if not storage.is_gcs(root) else root, dataset, selector)

@@ -17,11 +17,12 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import DEFAULT_NA_VALUES, Feature, Schema, parse_scalar
 from tfrecord_suite.shard.sources import RawRow
 
 
-class RowError(ValueError):
+class RowError(UserError):
     """A row cannot become a record; ``field`` names the culprit when there is one."""
 
     def __init__(self, reason: str, field: str | None = None):
@@ -50,19 +51,19 @@ class SplitSpec:
             name, sep, weight = part.partition("=")
             name = name.strip()
             if not sep or not name.isidentifier():
-                raise ValueError(f"split {part!r}: write name=weight, e.g. train=80")
+                raise UserError(f"split {part!r}: write name=weight, e.g. train=80")
             try:
                 w = int(weight)
             except ValueError:
-                raise ValueError(f"split {part!r}: weight must be an integer") from None
+                raise UserError(f"split {part!r}: weight must be an integer") from None
             if w <= 0:
-                raise ValueError(f"split {part!r}: weight must be positive")
+                raise UserError(f"split {part!r}: weight must be positive")
             if name in names:
-                raise ValueError(f"split {name!r} given twice")
+                raise UserError(f"split {name!r} given twice")
             names.append(name)
             weights.append(w)
         if not names:
-            raise ValueError("at least one split is needed, e.g. train=80,validation=10,test=10")
+            raise UserError("at least one split is needed, e.g. train=80,validation=10,test=10")
         return cls(tuple(names), tuple(weights))
 
     def __str__(self) -> str:
@@ -145,7 +146,7 @@ class RowConverter:
             schema.label and schema.feature(schema.label).dtype == "float32"
         )
         if key_column is not None and key_column not in {s for _, s in self._by_source}:
-            raise ValueError(f"key column {key_column!r} is not a column of the input")
+            raise UserError(f"key column {key_column!r} is not a column of the input")
 
     # ------------------------------------------------------------------------------------ rows
 

@@ -17,6 +17,8 @@ import dataclasses
 import math
 from typing import Any
 
+from tfrecord_suite.errors import UserError
+
 MIB = 1024 * 1024
 MIN_SHARD_BYTES = 10 * 1000 * 1000
 MAX_SHARD_BYTES = 1024 * MIB
@@ -47,11 +49,11 @@ class ShardPlanConfig:
 
     def __post_init__(self) -> None:
         if self.num_shards is not None and self.num_shards < 1:
-            raise ValueError(f"num_shards must be at least 1, got {self.num_shards}")
+            raise UserError(f"num_shards must be at least 1, got {self.num_shards}")
         if self.readers < 1 or self.workers < 1:
-            raise ValueError("readers and workers must be at least 1")
+            raise UserError("readers and workers must be at least 1")
         if not 0 < self.min_shard_bytes <= self.target_shard_bytes <= self.max_shard_bytes:
-            raise ValueError(
+            raise UserError(
                 "need 0 < min_shard_bytes <= target_shard_bytes <= max_shard_bytes, got "
                 f"{self.min_shard_bytes}, {self.target_shard_bytes}, {self.max_shard_bytes}"
             )

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from tfrecord_suite import storage
+from tfrecord_suite.errors import UserError
 
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "images", "text")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")
@@ -37,7 +38,7 @@ _EXTENSION_FORMATS = {
 _GLOB_CHARS = set("*?[")
 
 
-class InputError(ValueError):
+class InputError(UserError):
     """The input cannot be read as asked; the message says what is wrong and what to do."""
 
 

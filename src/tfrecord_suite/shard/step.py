@@ -34,7 +34,7 @@ SAMPLE_ROWS = 2000
 SAMPLE_FILES = 8
 
 
-class ShardError(RuntimeError):
+class ShardError(UserError, RuntimeError):
     """The shard step failed; the message says why and what to do."""
 
 
@@ -57,7 +57,7 @@ def check_no_credentials(beam_args: Sequence[str]) -> None:
     for arg in beam_args:
         name = str(arg).split("=", 1)[0]
         if _CREDENTIAL_OPTION.match(name):
-            raise ValueError(
+            raise UserError(
                 f"beam option {name} carries a credential: pipeline parameters are visible in "
                 "the Kubeflow UI and logs; use Workload Identity or a mounted Kubernetes secret"
             )
@@ -163,21 +163,21 @@ class ShardConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first absurd parameter."""
         if self.format != "auto" and self.format not in sources.FORMATS:
-            raise ValueError(
+            raise UserError(
                 f"--format {self.format!r}: use auto or one of {', '.join(sources.FORMATS)}"
             )
         if not 0 <= self.max_bad_fraction <= 1:
-            raise ValueError(f"--max-bad-fraction {self.max_bad_fraction} must be within 0..1")
+            raise UserError(f"--max-bad-fraction {self.max_bad_fraction} must be within 0..1")
         if self.image_encoding not in ("encoded", "raw"):
-            raise ValueError("--image-encoding must be encoded or raw")
+            raise UserError("--image-encoding must be encoded or raw")
         if self.image_channels not in (None, 1, 3):
-            raise ValueError("--image-channels must be 1 or 3")
+            raise UserError("--image-channels must be 1 or 3")
         if self.image_size is not None and min(self.image_size) < 1:
-            raise ValueError(f"--image-size {self.image_size} must be positive")
+            raise UserError(f"--image-size {self.image_size} must be positive")
         if self.text_mode not in ("line", "file"):
-            raise ValueError("--text-mode must be line or file")
+            raise UserError("--text-mode must be line or file")
         if self.target_shard_mb <= 0:
-            raise ValueError("--target-shard-mb must be positive")
+            raise UserError("--target-shard-mb must be positive")
         convert.SplitSpec.parse(self.splits)
         self.plan_config()
         check_no_credentials(self.beam_args)
@@ -328,7 +328,7 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     schema = resolve_schema(config, fmt, files)
     splits = convert.SplitSpec.parse(config.splits)
     if config.key_column is not None and fmt not in ("csv", "tsv", "jsonl", "parquet"):
-        raise ValueError("--key-column applies to tabular formats only")
+        raise UserError("--key-column applies to tabular formats only")
     temp_dir = storage.join(output, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}")
     storage.makedirs(temp_dir)
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import Schema
 
 _LOG = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class GateConfig:
     def validate(self) -> None:
         """Raise ValueError for an impossible setting."""
         if self.tolerance < 0:
-            raise ValueError(f"--tolerance {self.tolerance}: must be >= 0")
+            raise UserError(f"--tolerance {self.tolerance}: must be >= 0")
 
 
 def score(export_dir: str, files: list[str], schema: Schema, compression: str) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def run_gate(config: GateConfig) -> dict[str, Any]:
 
     manifest, vdir = resolve_dataset(config.dataset)
     if not manifest["splits"].get(config.split, {}).get("records"):
-        raise ValueError(
+        raise UserError(
             f"{manifest['dataset']}@{manifest['version']} has no records in split "
             f"{config.split!r} to evaluate on (splits: {', '.join(manifest['splits'])})"
         )

@@ -37,6 +37,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from tfrecord_suite import storage
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import Schema
 
 CONFIG_FILE = "feature_config.yaml"
@@ -44,7 +45,7 @@ FITTED_FILE = "transforms.json"
 _QUANTILE_SAMPLE = 100_000
 
 
-class FeatureConfigError(ValueError):
+class FeatureConfigError(UserError):
     """The feature config is malformed or does not fit the dataset; one line per problem."""
 
 
@@ -77,9 +78,9 @@ class Bucketized(_Categorical):
     @pydantic.model_validator(mode="after")
     def _one_of(self) -> Bucketized:
         if (self.boundaries is None) == (self.num_buckets is None):
-            raise ValueError("give either boundaries or num_buckets")
+            raise UserError("give either boundaries or num_buckets")
         if self.boundaries is not None and sorted(set(self.boundaries)) != self.boundaries:
-            raise ValueError("boundaries must be strictly increasing")
+            raise UserError("boundaries must be strictly increasing")
         return self
 
 
@@ -102,7 +103,7 @@ class Vocabulary(_Categorical):
     @pydantic.model_validator(mode="after")
     def _not_both(self) -> Vocabulary:
         if self.vocabulary is not None and self.vocabulary_file is not None:
-            raise ValueError("give vocabulary or vocabulary_file, not both")
+            raise UserError("give vocabulary or vocabulary_file, not both")
         return self
 
 

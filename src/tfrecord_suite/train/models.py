@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import Schema
 
 
@@ -49,14 +50,14 @@ def load_model_fn(spec: str) -> Callable[[ModelContext], Any]:
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--model-fn {spec!r}: write module:function, e.g. mypkg.models:build")
+        raise UserError(f"--model-fn {spec!r}: write module:function, e.g. mypkg.models:build")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"--model-fn {spec!r}: cannot import {module_name}: {exc}") from None
+        raise UserError(f"--model-fn {spec!r}: cannot import {module_name}: {exc}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"--model-fn {spec!r}: {module_name} has no function {attr!r}")
+        raise UserError(f"--model-fn {spec!r}: {module_name} has no function {attr!r}")
     return fn
 
 

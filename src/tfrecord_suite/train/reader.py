@@ -37,6 +37,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import Schema, parse_spec
 
 _LOG = logging.getLogger(__name__)
@@ -113,20 +114,20 @@ class ReaderConfig:
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+            raise UserError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.shuffle_buffer < 0 or self.shuffle_buffer_bytes < 0:
-            raise ValueError("shuffle_buffer and shuffle_buffer_bytes must be >= 0")
+            raise UserError("shuffle_buffer and shuffle_buffer_bytes must be >= 0")
         if self.cycle_length < AUTOTUNE:
-            raise ValueError(
+            raise UserError(
                 "cycle_length must be 0 (all files), AUTOTUNE (-1) or >= 1, "
                 f"got {self.cycle_length}"
             )
         for name in ("num_parallel_reads", "num_parallel_calls", "prefetch"):
             value = getattr(self, name)
             if value != AUTOTUNE and value < 1:
-                raise ValueError(f"{name} must be AUTOTUNE (-1) or >= 1, got {value}")
+                raise UserError(f"{name} must be AUTOTUNE (-1) or >= 1, got {value}")
         if self.block_length < 0 or self.parse_window < 0:
-            raise ValueError("block_length and parse_window must be 0 (auto) or >= 1")
+            raise UserError("block_length and parse_window must be 0 (auto) or >= 1")
 
 
 def estimate_record_bytes(files: Sequence[str], compression: str = "", sample: int = 64) -> float:
@@ -189,7 +190,7 @@ def image_shape(
     h, w = stats.get("image_height", {}), stats.get("image_width", {})
     if h and w and h.get("min") == h.get("max") and w.get("min") == w.get("max"):
         return int(h["max"]), int(w["max"]), channels
-    raise ValueError("images differ in size; pass --image-size HEIGHTxWIDTH to resize them")
+    raise UserError("images differ in size; pass --image-size HEIGHTxWIDTH to resize them")
 
 
 class FeatureDecoder:
@@ -311,7 +312,7 @@ def make_dataset(
 
     files = list(files)
     if not files:
-        raise ValueError("no files to read")
+        raise UserError("no files to read")
     ds = tf.data.Dataset.from_tensor_slices(files)
     if training and config.shuffle_files:
         ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)

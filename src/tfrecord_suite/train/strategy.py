@@ -95,7 +95,7 @@ def tf_config() -> dict[str, Any]:
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"TF_CONFIG is not valid JSON: {exc}") from None
+        raise UserError(f"TF_CONFIG is not valid JSON: {exc}") from None
 
 
 def cluster_workers(config: dict[str, Any] | None = None) -> int:
@@ -160,7 +160,7 @@ def make_strategy(name: str = "auto", cpu_devices: int = 1, tpu: str | None = No
     import tensorflow as tf
 
     if name not in STRATEGIES:
-        raise ValueError(f"--strategy {name!r}: use one of {', '.join(STRATEGIES)}")
+        raise UserError(f"--strategy {name!r}: use one of {', '.join(STRATEGIES)}")
     # MultiWorkerMirroredStrategy reads TF_CONFIG itself: on a TrainJob node it must exist first
     ensure_tf_config()
     if name == "multi_worker" or (name == "auto" and cluster_workers() > 1):

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from tfrecord_suite import storage
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.registry.registry import Registry, load_manifest, shard_uris
 from tfrecord_suite.registry.semver import DatasetRef
 from tfrecord_suite.schema import Schema
@@ -31,7 +32,7 @@ METRICS_FILE = "metrics.json"
 KERAS_FILE = "model.keras"
 
 
-class TrainError(RuntimeError):
+class TrainError(UserError, RuntimeError):
     """Training cannot start or failed; the message says why."""
 
 
@@ -108,21 +109,21 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first absurd parameter."""
         if self.epochs < 1:
-            raise ValueError(f"--epochs must be at least 1, got {self.epochs}")
+            raise UserError(f"--epochs must be at least 1, got {self.epochs}")
         if self.batch_size < 1:
-            raise ValueError(f"--batch-size must be at least 1, got {self.batch_size}")
+            raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
         if not self.learning_rate > 0:
-            raise ValueError(f"--learning-rate must be positive, got {self.learning_rate}")
+            raise UserError(f"--learning-rate must be positive, got {self.learning_rate}")
         if self.cpu_devices < 1:
-            raise ValueError("--cpu-devices must be at least 1")
+            raise UserError("--cpu-devices must be at least 1")
         if self.checkpoint_every_steps < 0 or self.probe_steps < 0:
-            raise ValueError("--checkpoint-every-steps and --probe-steps must be >= 0")
+            raise UserError("--checkpoint-every-steps and --probe-steps must be >= 0")
         if self.feature_config and not self.model_fn:
             from tfrecord_suite.train.features import load_feature_config
 
             load_feature_config(self.feature_config)
         if self.strategy not in strategy_lib.STRATEGIES:
-            raise ValueError(f"--strategy {self.strategy!r}: one of {strategy_lib.STRATEGIES}")
+            raise UserError(f"--strategy {self.strategy!r}: one of {strategy_lib.STRATEGIES}")
         self.reader_config(self.batch_size)
 
     def reader_config(self, batch_size: int, training: bool = True) -> ReaderConfig:
