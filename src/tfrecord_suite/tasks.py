@@ -293,7 +293,6 @@ def train_task(
             config,
             workers,
             where,
-            where.launcher,
             run_id or model.uri,
             trainer_image,
             keep_failed_tfjob,
@@ -312,7 +311,6 @@ def _train_in_job(
     config: Any,
     workers: int,
     where: Any,
-    launcher: str,
     run_key: str,
     trainer_image: str,
     keep_failed: bool,
@@ -332,7 +330,7 @@ def _train_in_job(
         config.strategy = "multi_worker"
     with _final_on_bad_input("train"):  # no job API on the cluster: a retry will not help
         api = kubernetes_client()
-        kind = choose_launcher(launcher, api)
+        kind = choose_launcher(where.launcher, api)
     JobLauncher(kind, api).run(
         JobConfig(
             name=name,

@@ -361,9 +361,10 @@ class JobLauncher:
         except ApiException as exc:
             if exc.status != 409:
                 hint = self.kind.creation_hint(exc.status, str(exc.body or ""))
+                message = _status_message(exc)
                 raise JobError(
                     f"could not create {kind} {ns}/{name}: {exc.status} {exc.reason}"
-                    + (f": {_status_message(exc)}" if _status_message(exc) else "")
+                    + (f": {message}" if message else "")
                     + (f"\n{hint}" if hint else "")
                 ) from exc
         existing = self._get(ns, name)
