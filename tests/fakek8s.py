@@ -628,3 +628,37 @@ def kubeconfig(tmp_path: Any, url: str) -> str:
         )
     )
     return str(path)
+
+
+def train_step(dataset_ref: str, out: Any, **overrides: Any) -> dict[str, Artifact]:
+    """Call the kfp train step's function as its component does, with small settings.
+
+    The artifacts' local paths are under ``out``; any argument of ``tasks.train_task``,
+    artifacts included, can be overridden. Returns the four artifacts by name.
+    """
+    from tfrecord_suite import tasks
+
+    artifacts = {
+        "model": Artifact(os.path.join(str(out), "model")),
+        "metrics": Artifact(""),
+        "classification_metrics": Artifact(""),
+        "report": Artifact(os.path.join(str(out), "report.md")),
+    }
+    for name in artifacts:
+        if name in overrides:
+            artifacts[name] = overrides.pop(name)
+    tasks.train_task(
+        **{
+            "dataset_ref": dataset_ref,
+            "dataset_digest": "",
+            "strategy": "auto",
+            "cpu_devices": 1,
+            "epochs": 1,
+            "batch_size": 8,
+            "learning_rate": 0.01,
+            "model_fn": "",
+            **artifacts,
+            **overrides,
+        }
+    )
+    return artifacts

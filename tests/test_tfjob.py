@@ -7,9 +7,9 @@ import os
 import signal
 
 import pytest
-from fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, validate_tfjob
+from fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, train_step, validate_tfjob
 
-from tfrecord_suite import cliutil, storage, tasks
+from tfrecord_suite import cliutil, storage
 from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobError, JobLauncher, job_name
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob, render_tfjob
@@ -219,30 +219,20 @@ def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
         storage.write_text(os.path.join(shared, "export", "saved_model.pb"), "pb")
         storage.write_text(os.path.join(shared, "checkpoints", "ckpt-1"), "stays behind")
         local = tmp_path / "minio" / "mlpipeline" / "run-9" / "model"
-        model, metrics, cm, report = (
-            Artifact("minio://mlpipeline/run-9/model", path=str(local)),
-            Artifact(""),
-            Artifact(""),
-            Artifact("minio://mlpipeline/run-9/report", path=str(tmp_path / "report.md")),
-        )
-        tasks.train_task(
-            dataset_ref=f"{registry}/digits@1.0.0",
-            dataset_digest="",
-            strategy="auto",
-            cpu_devices=1,
+        model = Artifact("minio://mlpipeline/run-9/model", path=str(local))
+        report = Artifact("minio://mlpipeline/run-9/report", path=str(tmp_path / "report.md"))
+        metrics = train_step(
+            f"{registry}/digits@1.0.0",
+            tmp_path,
+            model=model,
+            report=report,
             epochs=3,
             batch_size=32,
-            learning_rate=0.01,
-            model_fn="",
-            model=model,
-            metrics=metrics,
-            classification_metrics=cm,
-            report=report,
             workers=3,
             placement=GPU.to_json(),
             run_id="run-9",
             trainer_image="registry.example.com/team/tfrecord-suite-gpu:v7",
-        )
+        )["metrics"]
         (job,) = k8s.created
         assert k8s.deleted == [("ml", job_name("run-9"), "Foreground")]
     assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
@@ -305,33 +295,21 @@ def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
     from fakek8s import LocalOperator
 
     operator = LocalOperator([sys.executable, "-m", "tfrecord_suite.cli"], dict(os.environ))
-    model_dir = str(tmp_path / "model")
+    model_dir = str(tmp_path / "model")  # where train_step puts the model artifact
     with FakeKubernetes(operator, log_dir=str(tmp_path)) as k8s:
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
-        model, metrics, cm, report = (
-            Artifact(model_dir),
-            Artifact(""),
-            Artifact(""),
-            Artifact(str(tmp_path / "report.md")),
-        )
-        tasks.train_task(
-            dataset_ref=published_digits["ref"],
+        out = train_step(
+            published_digits["ref"],
+            tmp_path,
             dataset_digest=published_digits["manifest"]["content_digest"],
-            strategy="auto",
-            cpu_devices=1,
             epochs=2,
             batch_size=16,
-            learning_rate=0.01,
-            model_fn="",
-            model=model,
-            metrics=metrics,
-            classification_metrics=cm,
-            report=report,
             workers=2,
             run_id="run-real",
             launcher="tfjob",
         )
+        model, metrics, cm = out["model"], out["metrics"], out["classification_metrics"]
         assert k8s.deleted == [("ml", job_name("run-real"), "Foreground")]
     assert model.metadata["strategy"] == "CollectiveAllReduceStrategy"  # = MultiWorkerMirrored
     assert model.metadata["replicas"] == 2

@@ -208,22 +208,10 @@ def test_killed_trainer_resumes_from_backup(published_digits, tmp_path):
 def test_train_step_refuses_a_ref_whose_digest_changed(published_digits, tmp_path):
     """The kfp step is cached on (ref, digest); a ref that names other data must not train, and
     the error says that Kubeflow's retry will not help."""
-    from tfrecord_suite import tasks
+    from fakek8s import train_step
+
     from tfrecord_suite.errors import RetryWillNotHelp
 
     with pytest.raises(RetryWillNotHelp, match=r"expected 0000000000000000.*will not help") as err:
-        tasks.train_task(
-            dataset_ref=published_digits["ref"],
-            dataset_digest="0" * 64,
-            strategy="auto",
-            cpu_devices=1,
-            epochs=1,
-            batch_size=8,
-            learning_rate=0.01,
-            model_fn="",
-            model=None,
-            metrics=None,
-            classification_metrics=None,
-            report=None,
-        )
+        train_step(published_digits["ref"], tmp_path, dataset_digest="0" * 64)
     assert isinstance(err.value.__cause__, TrainError)

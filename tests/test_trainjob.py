@@ -20,9 +20,10 @@ from fakek8s import (
     LocalJobSet,
     Scenario,
     kubeconfig,
+    train_step,
 )
 
-from tfrecord_suite import images, storage, tasks
+from tfrecord_suite import images, storage
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.job import (
     JobCancelled,
@@ -406,26 +407,15 @@ def test_train_task_launches_a_trainjob_on_a_current_cluster(tmp_path, monkeypat
     with FakeKubernetes(Scenario([("Running", ""), ("Succeeded", "")])) as k8s:
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
-        model = Artifact("minio://b/run-7/model", path=str(tmp_path / "model"))
-        metrics, cm, report = Artifact(""), Artifact(""), Artifact(str(tmp_path / "r.md"))
-        tasks.train_task(
-            dataset_ref=f"{registry}/digits@1.0.0",
-            dataset_digest="",
-            strategy="auto",
-            cpu_devices=1,
-            epochs=1,
-            batch_size=8,
-            learning_rate=0.01,
-            model_fn="",
-            model=model,
-            metrics=metrics,
-            classification_metrics=cm,
-            report=report,
+        metrics = train_step(
+            f"{registry}/digits@1.0.0",
+            tmp_path,
+            model=Artifact("minio://b/run-7/model", path=str(tmp_path / "model")),
             workers=2,
             placement=GPU.to_json(),
             run_id="run-7",
             trainer_image="registry.example.com/t/tfrecord-suite-gpu:v1",
-        )
+        )["metrics"]
         (job,) = k8s.created
     assert job["kind"] == "TrainJob"
     assert job["spec"]["trainer"]["numNodes"] == 2
@@ -444,21 +434,7 @@ def test_train_task_without_a_job_api_fails_without_retrying(tmp_path, monkeypat
     with FakeKubernetes(Scenario([("Running", "")]), serves=()) as k8s:
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
         with pytest.raises(RetryWillNotHelp, match="no multi-node training API on this cluster"):
-            tasks.train_task(
-                dataset_ref=f"{tmp_path}/reg/digits@1.0.0",
-                dataset_digest="",
-                strategy="auto",
-                cpu_devices=1,
-                epochs=1,
-                batch_size=8,
-                learning_rate=0.01,
-                model_fn="",
-                model=Artifact(str(tmp_path / "m")),
-                metrics=Artifact(""),
-                classification_metrics=Artifact(""),
-                report=Artifact(str(tmp_path / "r.md")),
-                workers=2,
-            )
+            train_step(f"{tmp_path}/reg/digits@1.0.0", tmp_path, workers=2)
         assert not k8s.created
 
 
@@ -471,27 +447,20 @@ def test_train_step_with_two_nodes_trains_through_a_trainjob(
     with the runtime's environment and no TF_CONFIG -> the trainer derives TF_CONFIG, and
     MultiWorkerMirroredStrategy trains on two workers."""
     operator = LocalJobSet([sys.executable, "-m", "tfrecord_suite.cli"], dict(os.environ))
-    model_dir = str(tmp_path / "model")
+    model_dir = str(tmp_path / "model")  # where train_step puts the model artifact
     with FakeKubernetes(operator, log_dir=str(tmp_path)) as k8s:
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
-        model, metrics, cm = Artifact(model_dir), Artifact(""), Artifact("")
-        tasks.train_task(
-            dataset_ref=published_digits["ref"],
+        out = train_step(
+            published_digits["ref"],
+            tmp_path,
             dataset_digest=published_digits["manifest"]["content_digest"],
-            strategy="auto",
-            cpu_devices=1,
             epochs=2,
             batch_size=16,
-            learning_rate=0.01,
-            model_fn="",
-            model=model,
-            metrics=metrics,
-            classification_metrics=cm,
-            report=Artifact(str(tmp_path / "report.md")),
             workers=2,
             run_id="run-trainjob",
         )
+        model, metrics = out["model"], out["metrics"]
         (job,) = k8s.created
         assert job["kind"] == "TrainJob"
         assert k8s.deleted == [("ml", job_name("run-trainjob"), "Foreground")]
