@@ -35,7 +35,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _emulator_env(url: str) -> Iterator[None]:
-    from tfrecord_suite import storage
+    from tfrecord_suite.io import storage
 
     old = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = url
@@ -68,7 +68,7 @@ def gcs_emulator_server() -> Iterator[str]:
 def gcs_bucket(gcs_emulator_server: str) -> Iterator[str]:
     """A fresh bucket on gcp-storage-emulator; yields ``gs://<bucket>``."""
     with _emulator_env(gcs_emulator_server):
-        from tfrecord_suite import storage
+        from tfrecord_suite.io import storage
 
         name = f"b-{uuid.uuid4().hex[:10]}"
         storage.gcs_client().create_bucket(name)
@@ -132,7 +132,7 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
 def strict_gcs_bucket(fake_gcs_server: str) -> Iterator[str]:
     """A fresh bucket on fake-gcs-server; yields ``gs://<bucket>``."""
     with _emulator_env(fake_gcs_server):
-        from tfrecord_suite import storage
+        from tfrecord_suite.io import storage
 
         name = f"s-{uuid.uuid4().hex[:10]}"
         for _ in range(50):
@@ -185,7 +185,7 @@ def jsonl_file(tmp_path) -> str:
 @pytest.fixture(scope="session")
 def published_digits(tmp_path_factory, digits_dir) -> dict:
     """Digits sharded (4 train shards) and published once per session."""
-    from tfrecord_suite.registry.registry import Registry
+    from tfrecord_suite.registry.datasets import Registry
     from tfrecord_suite.shard.step import ShardConfig, run_shard
 
     base = tmp_path_factory.mktemp("pub")

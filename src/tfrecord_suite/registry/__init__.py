@@ -1,1 +1,6 @@
-"""registry logic (kfp-free)."""
+"""Versioned datasets and models, kfp-free.
+
+:mod:`.refs` parses names, versions and references; :mod:`.datasets` publishes, resolves and
+verifies dataset versions; :mod:`.models` does the same for trained models; :mod:`.card` and
+:mod:`.tfds_meta` describe a version for people and for TFDS.
+"""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfrecord_suite.registry.registry import required_bump
+from tfrecord_suite.registry.datasets import required_bump
 
 
 def dataset_card(manifest: dict[str, Any], parent: dict[str, Any] | None = None) -> str:

@@ -24,9 +24,10 @@ import time
 import uuid
 from typing import Any
 
-from tfrecord_suite import __version__, storage
+from tfrecord_suite import __version__
 from tfrecord_suite.errors import UserError
-from tfrecord_suite.registry.semver import check_name
+from tfrecord_suite.io import storage
+from tfrecord_suite.registry.refs import check_name
 
 _LOG = logging.getLogger(__name__)
 MODEL_MANIFEST = "model.json"

@@ -19,8 +19,8 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-from tfrecord_suite import storage
 from tfrecord_suite.errors import UserError
+from tfrecord_suite.io import storage
 
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "images", "text")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp")

@@ -20,7 +20,7 @@ import os
 import uuid
 from collections.abc import Iterator
 
-from tfrecord_suite import framing
+from tfrecord_suite.io import framing
 from tfrecord_suite.shard import convert
 
 #: Bytes of converted records buffered in memory by one writer before they are appended to disk.

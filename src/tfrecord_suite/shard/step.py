@@ -21,8 +21,8 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tfrecord_suite import naming, storage
 from tfrecord_suite.errors import UserError
+from tfrecord_suite.io import naming, storage
 from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
 from tfrecord_suite.shard import convert, plan, sources
 
@@ -316,8 +316,8 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from tfrecord_suite.shard.pipeline import ListInputs, ShardToTFRecords, Spill
     from tfrecord_suite.shard.spill import bucket_count
+    from tfrecord_suite.shard.transforms import ListInputs, ShardToTFRecords, Spill
 
     config.validate()
     started = time.monotonic()

@@ -4,7 +4,7 @@ tf.data allocates and frees every record's bytes, and on large records (images, 
 glibc's ``malloc`` hands memory back to the kernel between batches and faults it in again: about
 25 page faults per 100 KB record here, half the reader's CPU time in the kernel. Under tcmalloc
 the faults disappear and the reader ran about 1.7x faster on 100 KB records (0.6 -> 0.85 of the
-read-only ceiling, ``tfrecord-suite bench`` on 2 cores; small records gain less). The allocator
+read-only ceiling, ``python -m benchmarks`` on 2 cores; small records gain less). The allocator
 must be chosen when the process starts (``LD_PRELOAD``), so the suite's images set it and
 ``make bench`` uses it when it can fetch it; a trainer under glibc logs how to switch.
 """

@@ -105,8 +105,8 @@ def run_gate(config: GateConfig) -> dict[str, Any]:
 
     """
     config.validate()
+    from tfrecord_suite.registry.datasets import shard_uris
     from tfrecord_suite.registry.models import ModelRegistry
-    from tfrecord_suite.registry.registry import shard_uris
     from tfrecord_suite.train.trainer import resolve_dataset
 
     manifest, vdir = resolve_dataset(config.dataset)

@@ -36,8 +36,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from tfrecord_suite import storage
 from tfrecord_suite.errors import UserError
+from tfrecord_suite.io import storage
 from tfrecord_suite.schema import Schema
 
 CONFIG_FILE = "feature_config.yaml"
@@ -491,12 +491,12 @@ def augmentation(config: FeatureConfig) -> Any:
 def build_model(config: FeatureConfig, fitted: dict[str, Any], preprocessor: Any, ctx: Any) -> Any:
     """The trainable model over the preprocessor's outputs: embeddings, layers, head.
 
-    ``ctx`` is the :class:`~tfrecord_suite.train.models.ModelContext` (classes, learning rate,
+    ``ctx`` is the :class:`~tfrecord_suite.train.model_fns.ModelContext` (classes, learning rate,
     default width).
     """
     import keras
 
-    from tfrecord_suite.train import models
+    from tfrecord_suite.train import model_fns
 
     specs = {**config.features, **{cross_name(c): c for c in config.crosses}}
     inputs, encoded = {}, []
@@ -537,7 +537,7 @@ def build_model(config: FeatureConfig, fitted: dict[str, Any], preprocessor: Any
     x = keras.layers.Dense(units, activation="relu")(x)
     if "image" not in inputs:
         x = keras.layers.Dense(units, activation="relu")(x)
-    return models.compile_model(keras.Model(inputs, models.head(x, ctx), name="model"), ctx)
+    return model_fns.compile_model(keras.Model(inputs, model_fns.head(x, ctx), name="model"), ctx)
 
 
 def save(model_dir: str, config: FeatureConfig, fitted: dict[str, Any]) -> None:

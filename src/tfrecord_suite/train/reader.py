@@ -14,7 +14,7 @@ at once (interleave) and parsing is one vectorized op over many records (batch b
 
 Three choices make it 2-3x faster on small examples than the textbook
 ``interleave(TFRecordDataset) -> shuffle -> batch -> map(parse_example)`` with tf.data's runtime
-autotuning (``tfrecord-suite bench``, 2 cores):
+autotuning (``python -m benchmarks``, 2 cores):
 
 * Every tf.data element costs about a microsecond of bookkeeping, so small records travel in
   blocks (one element per ``block_length`` records, batched by the parallel interleave workers),
@@ -57,7 +57,7 @@ class ReaderConfig:
         cycle_length: Files read at once by interleave. 0 (default): every file of this input
             pipeline, at most :data:`MAX_AUTO_CYCLE`; AUTOTUNE (-1): tf.data's choice, which is
             the number of CPU cores and reads too few files at once on small hosts (4x slower
-            than 8 files on 2 cores, measured by ``tfrecord-suite bench``).
+            than 8 files on 2 cores, measured by ``python -m benchmarks``).
         block_length: Consecutive records taken from one file before moving on; they travel
             through the pipeline as one element (per-element overhead, not bytes, bounds the
             reading of small records). 0 (default): about 64 KiB of records, 1 to 64.
@@ -71,7 +71,7 @@ class ReaderConfig:
             10,000 records of 1 MB images would otherwise hold 10 GB per input pipeline, and the
             first batch waits until the buffer is full. Records also leave a smaller buffer while
             still in the CPU's caches: 64 MiB instead of 1 GB read 100 KB records 1.4x faster
-            (``tfrecord-suite bench``). 0: no bound.
+            (``python -m benchmarks``). 0: no bound.
         cache: ``""`` (off), ``"memory"``, or a file path prefix for an on-disk cache.
         prefetch: Batches prepared ahead (AUTOTUNE).
         drop_remainder: Drop the last partial batch (static batch shapes for TPUs).
@@ -88,7 +88,7 @@ class ReaderConfig:
             runs (``tf.data.Options().autotune.enabled``). Off (default): AUTOTUNE knobs are
             resolved once, when the input starts (parallelism: the host's cores; prefetch:
             grown on demand). On 2 cores the runtime model settled on about half the throughput
-            in a third of runs (measured by ``tfrecord-suite bench``); resolving once never did.
+            in a third of runs (measured by ``python -m benchmarks``); resolving once never did.
 
     """
 
@@ -453,7 +453,7 @@ def dataset_for_split(ref: str, split: str, config: ReaderConfig, **kwargs: Any)
 
         ds = dataset_for_split("gs://bucket/registry/penguins@stable", "train", ReaderConfig())
     """
-    from tfrecord_suite.registry.registry import Registry, shard_uris
+    from tfrecord_suite.registry.datasets import Registry, shard_uris
 
     reg, dataset, version = Registry(".").resolve_ref(ref)
     manifest = reg.manifest(dataset, version)

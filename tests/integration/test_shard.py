@@ -1,0 +1,325 @@
+"""Integration tests: the Beam shard step for real on the DirectRunner, into temporary folders."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from conftest import write_csv
+from tfrecord_suite.io import storage
+from tfrecord_suite.schema import Schema, parse_spec
+from tfrecord_suite.shard.step import ShardConfig, ShardError, read_dead_letters, run_shard
+
+
+def read_all(output: str, split: str, gzip: bool = False) -> list[dict]:
+    import tensorflow as tf
+
+    schema = Schema.from_json(storage.read_text(os.path.join(output, "schema.json")))
+    files = sorted(glob.glob(os.path.join(output, f"{split}-*.tfrecord*")))
+    ds = tf.data.TFRecordDataset(files, compression_type="GZIP" if gzip else "").batch(1000)
+    out = []
+    for batch in ds.map(lambda b: tf.io.parse_example(b, parse_spec(schema, include_meta=True))):
+        keys = list(batch)
+        for i in range(len(batch[keys[0]])):
+            out.append({k: batch[k][i].numpy() for k in keys})
+    return out
+
+
+def test_penguins_csv_to_shards_readable_with_written_spec(tmp_path, penguins_csv):
+    out = str(tmp_path / "out")
+    s = run_shard(ShardConfig(input=penguins_csv, output=out))
+    assert s["records"] == 344 and s["bad_rows"] == 0
+    assert sum(s["statistics"][k]["count"] for k in ("train", "validation", "test")) == 344
+    assert 240 < s["statistics"]["train"]["count"] < 310
+    assert sorted(os.listdir(out)) == [
+        "schema.json",
+        "summary.json",
+        "summary.md",
+        "test-00000-of-00001.tfrecord",
+        "train-00000-of-00001.tfrecord",
+        "validation-00000-of-00001.tfrecord",
+    ]
+    schema = Schema.from_json(storage.read_text(os.path.join(out, "schema.json")))
+    assert schema.label == "species" and schema.label_classes == ["Adelie", "Chinstrap", "Gentoo"]
+    missing = sum(st["features"]["bill_length_mm"]["missing"] for st in s["statistics"].values())
+    assert missing == 2  # the two penguins with no measurements
+    rows = read_all(out, "train")
+    assert len(rows) == s["statistics"]["train"]["count"]
+    assert {r["species"] for r in rows} == {b"Adelie", b"Chinstrap", b"Gentoo"}
+    assert s["beam_metrics"]["records_written"] == 344
+    assert s["input_fingerprint"]["files"][0]["size"] == os.path.getsize(penguins_csv)
+    md = storage.read_text(os.path.join(out, "summary.md"))
+    assert "| train |" in md and "bill_length_mm" in md
+
+
+def _same_shards(a: str, b: str, expected: int) -> None:
+    names = sorted(n for n in os.listdir(a) if n.endswith(".tfrecord"))
+    assert len(names) == expected
+    assert names == sorted(n for n in os.listdir(b) if n.endswith(".tfrecord"))
+    for n in names:
+        with open(os.path.join(a, n), "rb") as fa, open(os.path.join(b, n), "rb") as fb:
+            assert fa.read() == fb.read(), n
+
+
+def test_same_input_gives_identical_bytes(tmp_path, jsonl_file):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    run_shard(ShardConfig(input=jsonl_file, output=a, num_shards=3))
+    run_shard(ShardConfig(input=jsonl_file, output=b, num_shards=3))
+    _same_shards(a, b, 9)
+
+
+@pytest.mark.slow
+def test_disk_and_beam_shuffles_write_identical_shards(tmp_path):
+    """The disk-backed shuffle (flat memory on one machine) and the runner's shuffle group the
+    same records into the same shards, byte for byte, with one worker or two processes."""
+    from benchmarks.bench import make_csv
+
+    raw = make_csv(str(tmp_path / "raw"), rows=6000, files=3)
+    beam = str(tmp_path / "beam")
+    run_shard(ShardConfig(input=raw, output=beam, num_shards=5, shuffle="beam"))
+    disk = str(tmp_path / "disk")
+    s = run_shard(ShardConfig(input=raw, output=disk, num_shards=5, shuffle="disk"))
+    assert s["records"] == 6000
+    _same_shards(beam, disk, 15)
+    two = str(tmp_path / "two")
+    run_shard(
+        ShardConfig(
+            input=raw, output=two, num_shards=5, shuffle="disk",
+            beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        )
+    )  # fmt: skip
+    _same_shards(beam, two, 15)
+
+
+def test_disk_shuffle_needs_a_local_runner(tmp_path):
+    from tfrecord_suite.errors import UserError
+
+    with pytest.raises(UserError, match="--shuffle disk needs a runner on this machine"):
+        ShardConfig(
+            input="gs://b/raw", output="gs://b/out", shuffle="disk",
+            beam_args=["--runner=DataflowRunner"],
+        ).validate()  # fmt: skip
+    assert not ShardConfig(
+        input="gs://b/raw", output="gs://b/o", beam_args=["--runner=DataflowRunner"]
+    ).uses_disk_shuffle()
+    assert ShardConfig(input="a", output="b").uses_disk_shuffle()
+
+
+def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
+    good = [[i, f"{i * 0.1:.1f}", "a" if i % 2 else "b"] for i in range(200)]
+    path = write_csv(str(tmp_path / "in.csv"), ["n", "x", "label"], good)
+    with open(path, "a") as fh:
+        fh.write("7,notanumber,a\n1,2\n")
+    out = str(tmp_path / "ok")
+    s = run_shard(ShardConfig(input=path, output=out, max_bad_fraction=0.05))
+    assert s["records"] == 200 and s["bad_rows"] == 2
+    dead = list(read_dead_letters(out))
+    assert {(d["row"], d["field"]) for d in dead} == {(202, "x"), (203, None)}
+    # written by Beam as JSON-lines shards beside the output; the summary names their pattern
+    assert s["dead_letter"] == os.path.join(out, "dead_letter-*-of-*.jsonl")
+    assert s["dead_letter_files"] and all(
+        os.path.isfile(os.path.join(out, n)) for n in s["dead_letter_files"]
+    )
+    assert "not a number" in dead[0]["reason"] or "not a number" in dead[1]["reason"]
+    out2 = str(tmp_path / "strict")
+    with pytest.raises(ShardError, match=r"2 of 202 rows.*in.csv row 20[23]") as err:
+        run_shard(ShardConfig(input=path, output=out2, max_bad_fraction=0.001))
+    assert "Good records were written" in str(err.value)
+    assert json.loads(storage.read_text(os.path.join(out2, "summary.json")))["records"] == 200
+
+
+def test_images_encoded_raw_and_undecodable(tmp_path, digits_dir):
+    import shutil
+
+    src = str(tmp_path / "img")
+    shutil.copytree(digits_dir, src)
+    with open(os.path.join(src, "3", "broken.png"), "wb") as fh:
+        fh.write(b"this is not a png")
+    out = str(tmp_path / "enc")
+    s = run_shard(ShardConfig(input=src, output=out, max_bad_fraction=0.01))
+    assert s["records"] == 1797 and s["bad_rows"] == 1
+    assert s["schema"]["label_classes"] == [str(i) for i in range(10)]
+    rows = read_all(out, "test")
+    assert rows[0]["image"][:4] == b"\x89PNG" and rows[0]["image_height"] == 8
+    raw = str(tmp_path / "raw")
+    s = run_shard(ShardConfig(input=src, output=raw, image_encoding="raw", image_size=(16, 16)))
+    rows = read_all(raw, "validation")
+    assert len(rows[0]["image"]) == 16 * 16 * 1
+    assert s["schema"]["features"][0]["shape"] == [16, 16, 1]
+
+
+def test_parquet_text_gzip_and_overwrite(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    for part in range(3):
+        pq.write_table(
+            pa.table({"v": [float(i) for i in range(50)], "label": [i % 2 for i in range(50)]}),
+            folder / f"part-{part}.parquet",
+        )
+    out = str(tmp_path / "pq_out")
+    s = run_shard(ShardConfig(input=str(folder), output=out, gzip=True, num_shards=2))
+    assert s["records"] == 150 and s["beam_metrics"]["files_read"] == 3
+    assert sorted(n for n in os.listdir(out) if n.startswith("train")) == [
+        "train-00000-of-00002.tfrecord.gz",
+        "train-00001-of-00002.tfrecord.gz",
+    ]
+    assert len(read_all(out, "train", gzip=True)) == s["statistics"]["train"]["count"]
+    with pytest.raises(ShardError, match="not empty"):
+        run_shard(ShardConfig(input=str(folder), output=out))
+    text = tmp_path / "lines.txt"
+    text.write_text("".join(f"sentence number {i}\n" for i in range(40)))
+    s = run_shard(ShardConfig(input=str(text), output=out, overwrite=True))
+    assert s["format"] == "text" and s["records"] == 40
+    assert not [n for n in os.listdir(out) if n.endswith(".gz")]
+
+
+def test_absurd_parameters_are_refused(tmp_path, jsonl_file):
+    for kwargs, msg in (
+        ({"num_shards": 0}, "num_shards"),
+        ({"max_bad_fraction": 2}, "within"),
+        ({"splits": "train=0"}, "positive"),
+        ({"format": "xml"}, "--format"),
+        ({"workers": -1}, "at least 1"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            run_shard(ShardConfig(input=jsonl_file, output=str(tmp_path / "o"), **kwargs))
+    assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.gcs
+def test_writes_to_gcs_emulator(gcs_bucket, jsonl_file):
+    out = f"{gcs_bucket}/staged/rows"
+    s = run_shard(ShardConfig(input=jsonl_file, output=out, num_shards=2))
+    names = sorted(storage.basename(f.uri) for f in storage.list_files(out))
+    assert names == [
+        "schema.json",
+        "summary.json",
+        "summary.md",
+        "test-00000-of-00002.tfrecord",
+        "test-00001-of-00002.tfrecord",
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+        "validation-00000-of-00002.tfrecord",
+        "validation-00001-of-00002.tfrecord",
+    ]
+    assert s["records"] == 200
+    total = sum(x["records"] for x in s["shards"])
+    assert total == 200
+
+
+def test_a_real_table_with_syntax_errors_in_the_middle_keeps_every_other_row(tmp_path):
+    """Palmer penguins (344 real rows) with an unterminated quote, a short row and an extra
+    column inserted in the middle: each costs exactly its own row, reported at its first line
+    with its raw text; every one of the 344 rows is kept."""
+    from tfrecord_suite import demo_data
+
+    clean = demo_data.write_penguins(str(tmp_path / "clean.csv"))
+    lines = open(clean).read().splitlines(keepends=True)
+    header, rows = lines[0], lines[1:]
+    width = header.count(",") + 1
+    bad = {
+        100: '"Adelie,Torgersen,39.1,18.7,181,3750,male,2007\n',  # the quote never closes
+        200: "Gentoo,Biscoe\n",  # short
+        300: ",".join(["x"] * (width + 1)) + "\n",  # an extra column
+    }
+    out_lines = [header]
+    for i, row in enumerate(rows):
+        if i in bad:
+            out_lines.append(bad[i])
+        out_lines.append(row)
+    dirty = tmp_path / "dirty.csv"
+    dirty.write_text("".join(out_lines))
+    out = str(tmp_path / "out")
+    result = run_shard(
+        ShardConfig(input=str(dirty), output=out, label="species", max_bad_fraction=0.01)
+    )
+    assert result["records"] == len(rows) == 344
+    assert result["bad_rows"] == 3
+    letters = list(read_dead_letters(out))
+    by_row = {d["row"]: d for d in letters}
+    # file line numbers: the header is line 1, and each inserted row shifts the later ones
+    assert sorted(by_row) == [102, 203, 304]
+    assert "unterminated quote" in by_row[102]["reason"]
+    assert by_row[102]["raw"] == bad[100]
+    assert by_row[203]["reason"] == f"row has 2 fields, header has {width}"
+    assert by_row[304]["raw"] == bad[300]
+
+
+@pytest.mark.slow
+def test_a_big_file_read_in_ranges_gives_identical_shards(tmp_path, monkeypatch):
+    """One CSV with quoted newlines and bad rows, read whole and read by many workers in ranges:
+    the same shards, byte for byte, and the same dead letters."""
+    from tfrecord_suite.shard import sources
+
+    rows = [
+        [i, f'"line one\nline two {i}"' if i % 5 == 0 else f"v{i}", "ab"[i % 2]]
+        for i in range(3000)
+    ]
+    path = tmp_path / "big.csv"
+    text = "n,note,label\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows)
+    text = text.replace("\n1500,", '\n"unterminated,1\n1500,')
+    path.write_text(text)
+    whole = str(tmp_path / "whole")
+    a = run_shard(ShardConfig(input=str(path), output=whole, num_shards=3, label="label"))
+    monkeypatch.setattr(sources, "RANGE_BYTES", 2048)
+    ranged = str(tmp_path / "ranged")
+    b = run_shard(ShardConfig(input=str(path), output=ranged, num_shards=3, label="label"))
+    assert a["beam_metrics"]["input_ranges"] == 1 and b["beam_metrics"]["input_ranges"] > 10
+    assert a["records"] == b["records"] == 3000 and a["bad_rows"] == b["bad_rows"] == 1
+    _same_shards(whole, ranged, 9)
+    assert list(read_dead_letters(whole)) == list(read_dead_letters(ranged))
+
+
+@pytest.mark.slow
+def test_every_kind_of_bad_record_in_the_middle_of_a_large_file(tmp_path, monkeypatch):
+    """An unterminated quote, a stray quote, a short and a long row, bad UTF-8 and a 1 GiB line
+    (a sparse file: no disk) in the middle of one CSV read by many workers in ranges, beside an
+    empty file: one dead letter each, every good row kept, the threshold on the true count."""
+    from tfrecord_suite.shard import sources
+
+    monkeypatch.setattr(sources, "RANGE_BYTES", 16 * 1024)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "empty.csv").write_bytes(b"")
+    good = [f"{i},{i * 0.5},{'ab'[i % 2]}\n".encode() for i in range(4000)]
+    bad = {
+        500: b'"unterminated,1,a\n',
+        1000: b'1,"two"three,a\n',
+        1500: b"5\n",
+        2000: b"1,2,a,extra\n",
+        2500: b"\xff\xfe,1,a\n",
+    }
+    with open(folder / "big.csv", "wb") as fh:
+        fh.write(b"n,x,label\n")
+        for i, row in enumerate(good):
+            if i in bad:
+                fh.write(bad[i])
+            if i == 3000:
+                fh.write(b"x")
+                fh.seek(fh.tell() + (1 << 30))  # the 1 GiB line, as a hole
+                fh.write(b"\n")
+            fh.write(row)
+    out = str(tmp_path / "out")
+    s = run_shard(ShardConfig(input=str(folder), output=out, label="label", max_bad_fraction=0.01))
+    assert s["records"] == 4000 and s["bad_rows"] == 7
+    assert s["beam_metrics"]["input_ranges"] >= 3  # the big file in ranges, and the empty one
+    letters = sorted(read_dead_letters(out), key=lambda d: (d["file"], d["row"]))
+    reasons = [(os.path.basename(d["file"]), d["row"], d["reason"].split(":")[0]) for d in letters]
+    assert reasons == [
+        ("big.csv", 502, "unterminated quote"),
+        ("big.csv", 1003, "CSV syntax error"),
+        ("big.csv", 1504, "row has 1 fields, header has 3"),
+        ("big.csv", 2005, "row has 4 fields, header has 3"),
+        ("big.csv", 2506, "not valid utf-8 (invalid start byte); pass --encoding to read it"),
+        ("big.csv", 3007, "line longer than 67108864 B"),
+        ("empty.csv", 0, "empty file"),
+    ]
+    strict = str(tmp_path / "strict")
+    with pytest.raises(ShardError, match=r"7 of 4007 rows"):
+        run_shard(
+            ShardConfig(input=str(folder), output=strict, label="label", max_bad_fraction=0.001)
+        )

@@ -1,0 +1,216 @@
+"""Training for real: one device in-process, MirroredStrategy over 2 logical CPUs,
+MultiWorkerMirroredStrategy as 2 processes on 127.0.0.1, and resume after a kill."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfrecord_suite.train.trainer import TrainConfig, TrainError, run_train
+
+CLI = [sys.executable, "-m", "tfrecord_suite.cli"]
+
+
+def cli_train(ref, model_dir, *extra, env=None, timeout=300):
+    proc = subprocess.run(
+        [
+            *CLI,
+            "train",
+            "--dataset",
+            ref,
+            "--model-dir",
+            model_dir,
+            "--json",
+            "--probe-steps",
+            "5",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    model_dir = str(tmp_path / "model")
+    m = run_train(
+        TrainConfig(
+            dataset=published_digits["ref"],
+            model_dir=model_dir,
+            epochs=6,
+            batch_size=32,
+            learning_rate=0.003,
+            probe_steps=10,
+        )
+    )
+    assert m["evaluation"]["test"]["accuracy"] > 0.6  # 10 balanced classes: chance is 0.1
+    assert len(m["history"]["loss"]) == 6 and m["history"]["loss"][-1] < m["history"]["loss"][0]
+    check = m["serving_check"]
+    assert check["examples"] == published_digits["manifest"]["splits"]["test"]["records"]
+    assert abs(check["accuracy"] - m["evaluation"]["test"]["accuracy"]) < 0.05
+    assert np.array(check["confusion_matrix"]).sum() == check["examples"]
+    assert 0 <= m["input"]["input_wait_share"] <= 1
+    for name in ("metrics.json", "report.md", "report.html", "training_curves.png"):
+        assert os.path.exists(os.path.join(model_dir, name)), name
+    assert os.listdir(os.path.join(model_dir, "checkpoints"))
+    serve = tf.saved_model.load(os.path.join(model_dir, "export")).signatures["serving_default"]
+    shard = os.path.join(published_digits["uri"], published_digits["manifest"]["shards"][0]["path"])
+    batch = next(iter(tf.data.TFRecordDataset(shard).batch(5)))
+    out = serve(examples=batch)
+    assert out["probabilities"].shape == (5, 10)
+    assert out["class_name"].dtype == tf.string
+
+
+def test_refuses_version_failing_verification(published_digits, tmp_path):
+    import shutil
+
+    copy = tmp_path / "reg"
+    shutil.copytree(published_digits["registry"].root, copy)
+    manifest = published_digits["manifest"]
+    victim = copy / "digits" / manifest["version"] / manifest["shards"][0]["path"]
+    data = bytearray(victim.read_bytes())
+    data[-3] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    ref = f"{copy}/digits@{manifest['version']}"
+    with pytest.raises(TrainError, match=r"fails verification.*--skip-bad-records"):
+        run_train(TrainConfig(dataset=ref, model_dir=str(tmp_path / "m"), epochs=1))
+    m = run_train(
+        TrainConfig(
+            dataset=ref,
+            model_dir=str(tmp_path / "m2"),
+            epochs=1,
+            skip_bad_records=True,
+            probe_steps=0,
+        )
+    )
+    lost = m["bad_records_skipped"]
+    assert 0 < lost <= manifest["shards"][0]["records"]
+
+
+def test_mirrored_strategy_over_two_logical_cpus(published_digits, tmp_path):
+    m = cli_train(
+        published_digits["ref"],
+        str(tmp_path / "m"),
+        "--strategy",
+        "mirrored",
+        "--cpu-devices",
+        "2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+    )
+    assert m["strategy"] == "MirroredStrategy" and m["replicas"] == 2
+    assert m["global_batch_size"] == 32
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_multi_worker_two_processes_agree_on_weights(published_digits, tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for i in range(2):
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    *CLI,
+                    "train",
+                    "--dataset",
+                    published_digits["ref"],
+                    "--model-dir",
+                    str(tmp_path / "model"),
+                    "--epochs",
+                    "2",
+                    "--batch-size",
+                    "16",
+                    "--json",
+                    "--strategy",
+                    "multi_worker",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        )
+    outs = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=400)
+        assert p.returncode == 0, stderr[-3000:]
+        outs.append(json.loads(stdout))
+    assert [o["strategy"] for o in outs] == ["CollectiveAllReduceStrategy"] * 2  # = MWMS
+    assert outs[0]["replicas"] == 2
+    assert outs[0]["weights_digest"] == outs[1]["weights_digest"]
+    assert [o["chief"] for o in outs] == [True, False]
+    assert json.loads((tmp_path / "model" / "metrics.json").read_text())["chief"] is True
+
+
+@pytest.mark.slow
+def test_killed_trainer_resumes_from_backup(published_digits, tmp_path):
+    model_dir = tmp_path / "model"
+    args = [
+        *CLI,
+        "train",
+        "--dataset",
+        published_digits["ref"],
+        "--model-dir",
+        str(model_dir),
+        "--epochs",
+        "8",
+        "--batch-size",
+        "16",
+        "--probe-steps",
+        "0",
+        "--json",
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    seen = ""
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        seen += line
+        if "Epoch 4/8" in line:  # epochs 1-3 are backed up
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert "Epoch 4/8" in seen, seen[-2000:]
+    assert (model_dir / "backup").exists()
+    m = cli_train(published_digits["ref"], str(model_dir), "--epochs", "8", "--batch-size", "16")
+    assert len(m["history"]["loss"]) <= 5  # resumed at epoch 4, not from scratch
+    assert not (model_dir / "backup").exists() or not os.listdir(model_dir / "backup")
+
+
+def test_train_step_refuses_a_ref_whose_digest_changed(published_digits, tmp_path):
+    """The kfp step is cached on (ref, digest); a ref that names other data must not train, and
+    the error says that Kubeflow's retry will not help."""
+    from fakes.fakek8s import train_step
+    from tfrecord_suite.errors import RetryWillNotHelp
+
+    with pytest.raises(RetryWillNotHelp, match=r"expected 0000000000000000.*will not help") as err:
+        train_step(published_digits["ref"], tmp_path, dataset_digest="0" * 64)
+    assert isinstance(err.value.__cause__, TrainError)

@@ -1,0 +1,55 @@
+"""The layers hold: only the ``tfrecord_suite.kfp`` package talks to kfp (component wrappers, the
+pipeline, its compiler and placement, local runs, submission); everything else, the plain step
+functions of ``tfrecord_suite.kfp.tasks`` included, runs without it."""
+
+import json
+import pkgutil
+import subprocess
+import sys
+
+import tfrecord_suite
+
+#: Modules whose job is to talk to kfp; everything else is logic and must run without it.
+KFP_SIDE = (
+    "tfrecord_suite.kfp.components",
+    "tfrecord_suite.kfp.pipeline",
+    "tfrecord_suite.kfp.compile",
+    "tfrecord_suite.kfp.placement",
+    "tfrecord_suite.kfp.local_run",
+    "tfrecord_suite.kfp.submit",
+)
+
+
+def _logic_modules():
+    names = []
+    for info in pkgutil.walk_packages(tfrecord_suite.__path__, "tfrecord_suite."):
+        if not info.name.startswith(KFP_SIDE) and not info.name.endswith(".__main__"):
+            names.append(info.name)
+    return names
+
+
+def _kfp_after_importing(modules, path=""):
+    """The kfp modules loaded once ``modules`` are imported in a fresh interpreter."""
+    code = (
+        "import importlib, json, sys\n"
+        f"sys.path.insert(0, {path!r})\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m == 'kfp' or m.startswith('kfp.'))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_logic_modules_never_import_kfp():
+    modules = _logic_modules()
+    assert "tfrecord_suite.kfp.tasks" in modules and "tfrecord_suite.launch.job" in modules
+    assert all(name.startswith("tfrecord_suite.kfp.") for name in KFP_SIDE)
+    assert _kfp_after_importing(modules) == []
+
+
+def test_the_guard_would_catch_a_leak(tmp_path):
+    """The check above can fail: a logic module that imports kfp is reported."""
+    (tmp_path / "leaky_logic.py").write_text("import kfp.dsl\n")
+    assert "kfp.dsl" in _kfp_after_importing(["leaky_logic"], str(tmp_path))
