@@ -61,7 +61,9 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
         staged=staged, summary=shard_summary,
     )  # fmt: skip
     # the shards are staged under the registry, keyed on the run; the artifact says where
-    assert staged.metadata["staged_uri"] == os.path.join(registry, "_staging", "penguins", run)
+    assert staged.metadata["staged_uri"].startswith(
+        os.path.join(registry, "penguins", "_data", f"run-{run}-")
+    )
     dataset, card = out("version-op", "dataset"), out("version-op", "card")
     ref, content = tasks.version_task(
         staged=staged, registry_root=registry, dataset_name="penguins", bump="auto",
@@ -126,7 +128,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     assert sorted(os.listdir(tmp_path)) == ["pod", "raw", "registry"]
     assert sorted(os.listdir(os.path.join(mount, "minio", "mlpipeline"))) == ["v2"]
     # the registry holds the dataset, the staging folder and the model: each step's big data
-    assert sorted(os.listdir(registry)) == ["_models", "_staging", "penguins"]
+    assert sorted(os.listdir(registry)) == ["_models", "penguins"]
 
 
 @pytest.mark.slow

@@ -167,7 +167,7 @@ def test_shard_component_stages_under_the_registry(kfp_local, shard, fingerprint
     # the shards are written under the registry (publishing then moves no data through the
     # pipeline root); the artifact says where
     staged = shard.outputs["staged"].metadata["staged_uri"]
-    assert staged.startswith(os.path.join(kfp_local["registry"], "_staging", "digits", ""))
+    assert staged.startswith(os.path.join(kfp_local["registry"], "digits", "_data", "run-"))
     summary = json.loads(storage.read_text(os.path.join(staged, "summary.json")))
     assert summary["records"] > 0 and summary["bad_rows"] == 0
     assert summary["input_fingerprint"]["digest"] == fingerprint.output

@@ -14,6 +14,7 @@ from tfrecord_suite.registry.datasets import (
     RegistryError,
     VerificationError,
     load_manifest,
+    shard_uri,
 )
 from tfrecord_suite.registry.refs import DatasetRef, InvalidName, Version
 from tfrecord_suite.schema import Feature, Schema
@@ -139,9 +140,10 @@ def test_crash_between_copy_and_manifest_leaves_no_version(tmp_path):
     assert reg.versions("rows") == []
     with pytest.raises(RegistryError, match="does not exist"):
         reg.resolve("rows", "1.0.0")
-    assert reg.gc("rows", grace_seconds=3600) == []  # too young: a publisher may still copy
-    removed = reg.gc("rows", grace_seconds=0)
-    assert len(removed) == 1 and "1.0.0/data-" in removed[0]
+    young = reg.gc("rows", grace_seconds=3600)  # too young: a publisher may still be running
+    assert young.removed_data == [] and len(young.pending) == 1
+    removed = reg.gc("rows", grace_seconds=0).removed_data
+    assert len(removed) == 1 and "rows/_data/publish-" in removed[0]
     assert reg.publish(staged, "rows").version == "1.0.0"
 
 
@@ -150,11 +152,11 @@ def test_tamper_truncate_and_flip_are_named_by_verify(tmp_path):
     result = reg.publish(make_staged(str(tmp_path / "s")), "rows")
     assert reg.verify("rows", "1.0.0")["ok"]
     shards = result.manifest["shards"]
-    flip = os.path.join(result.uri, shards[0]["path"])
+    flip = shard_uri(result.manifest, result.uri, shards[0])
     data = bytearray(open(flip, "rb").read())
     data[40] ^= 0xFF
     open(flip, "wb").write(bytes(data))
-    trunc = os.path.join(result.uri, shards[1]["path"])
+    trunc = shard_uri(result.manifest, result.uri, shards[1])
     os.truncate(trunc, os.path.getsize(trunc) - 7)
     with pytest.raises(VerificationError) as err:
         reg.verify("rows", "1.0.0")
@@ -186,13 +188,10 @@ def test_concurrent_publishers_threads(tmp_path, same_content):
         assert len(versions) == 6 and len({v for v, _ in results}) == 6
     for v in versions:
         reg.verify("rows", v)
-    leftovers = [
-        d
-        for v in versions
-        for d in storage.list_dirs(reg.version_dir("rows", v))
-        if d.startswith("data-")
-    ]
-    assert len(leftovers) == len(versions)  # losers removed their attempt folders
+    batches = storage.list_dirs(os.path.join(reg.dataset_dir("rows"), "_data"))
+    assert len(batches) == len(
+        versions
+    )  # a publisher whose content was already there removed its links
     assert str(reg.alias("rows", "latest")) == str(versions[-1])
 
 

@@ -3,6 +3,7 @@ MultiWorkerMirroredStrategy as 2 processes on 127.0.0.1, and resume after a kill
 
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from tfrecord_suite.registry.datasets import shard_uri
 from tfrecord_suite.train.trainer import TrainConfig, TrainError, run_train
 
 CLI = [sys.executable, "-m", "tfrecord_suite.cli"]
@@ -65,7 +67,8 @@ def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_pat
         assert os.path.exists(os.path.join(model_dir, name)), name
     assert os.listdir(os.path.join(model_dir, "checkpoints"))
     serve = tf.saved_model.load(os.path.join(model_dir, "export")).signatures["serving_default"]
-    shard = os.path.join(published_digits["uri"], published_digits["manifest"]["shards"][0]["path"])
+    manifest = published_digits["manifest"]
+    shard = shard_uri(manifest, published_digits["uri"], manifest["shards"][0])
     batch = next(iter(tf.data.TFRecordDataset(shard).batch(5)))
     out = serve(examples=batch)
     assert out["probabilities"].shape == (5, 10)
@@ -78,7 +81,9 @@ def test_refuses_version_failing_verification(published_digits, tmp_path):
     copy = tmp_path / "reg"
     shutil.copytree(published_digits["registry"].root, copy)
     manifest = published_digits["manifest"]
-    victim = copy / "digits" / manifest["version"] / manifest["shards"][0]["path"]
+    victim = pathlib.Path(
+        shard_uri(manifest, str(copy / "digits" / manifest["version"]), manifest["shards"][0])
+    )
     data = bytearray(victim.read_bytes())
     data[-3] ^= 0xFF
     victim.write_bytes(bytes(data))

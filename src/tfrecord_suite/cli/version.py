@@ -41,11 +41,26 @@ def _parse_ref(ref: str) -> tuple[Any, str, Any]:
     type=click.Choice(["auto", "major", "minor", "patch"]),
     help="Version bump.",
 )
+@click.option(
+    "--append",
+    is_flag=True,
+    help="A MINOR version of the latest version's shards (referenced, not copied) plus these.",
+)
 @json_option
 @friendly_errors
-def version_publish(staged: str, root: str, dataset: str, bump: str, as_json: bool) -> None:
-    """Publish staged shards as a new version (idempotent for identical content)."""
-    result = _registry(root).publish(staged, dataset, bump)
+def version_publish(
+    staged: str, root: str, dataset: str, bump: str, append: bool, as_json: bool
+) -> None:
+    """Publish staged shards as a new version (idempotent for identical content).
+
+    Shards staged on the registry's own storage are linked (locally) or referenced in place
+    (a shard step's output under <registry>/<dataset>/_data/), not copied.
+    """
+    from tfrecord_suite.io import storage as store_io
+
+    before = store_io.bytes_copied()
+    result = _registry(root).publish(staged, dataset, bump, append=append)
+    cost = result.manifest.get("storage", {})
     out = {
         "dataset": dataset,
         "version": result.version,
@@ -54,13 +69,18 @@ def version_publish(staged: str, root: str, dataset: str, bump: str, as_json: bo
         "bump": result.manifest["bump"],
         "reasons": result.manifest["bump_reasons"],
         "digest": result.manifest["content_digest"],
+        "added_bytes": cost.get("added_bytes"),
+        "shared_bytes": cost.get("shared_bytes"),
+        "copied_bytes": store_io.bytes_copied() - before,
     }
     emit(
         out,
         as_json,
         lambda o: (
             f"{'published' if o['created'] else 'already published as'} {dataset}@{o['version']} "
-            f"({o['bump']}: {'; '.join(o['reasons'])}) at {o['uri']}"
+            f"({o['bump']}: {'; '.join(o['reasons'])}) at {o['uri']}; "
+            f"{o['added_bytes']} bytes added, {o['shared_bytes']} shared, "
+            f"{o['copied_bytes']} copied"
         ),
     )
 
@@ -182,20 +202,51 @@ def version_alias(ref: str, name: str, expect: str | None, as_json: bool) -> Non
 @version.command("gc")
 @click.option("--registry", "root", required=True, help="Registry root.")
 @click.option("--dataset", required=True, help="Dataset name.")
+@click.option("--keep-last", type=int, default=None, help="Keep the N newest versions.")
+@click.option(
+    "--keep-newer-than",
+    default=None,
+    help="Keep versions younger than this: 30d, 12h, 90m or 3600s.",
+)
 @click.option(
     "--grace-seconds",
-    default=3600.0,
-    show_default=True,
-    help="Leave unpublished attempts younger than this (a publish may be running).",
+    type=float,
+    default=None,
+    help="Remove data only once nothing has referenced it for this long (default 7 days: a "
+    "publish may be running; lower it only when none is).",
 )
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
 @json_option
 @friendly_errors
-def version_gc(root: str, dataset: str, grace_seconds: float, dry_run: bool, as_json: bool) -> None:
-    """Remove staging files left by crashed or losing publishers."""
-    removed = _registry(root).gc(dataset, grace_seconds, dry_run)
-    emit(
-        {"removed": removed, "dry_run": dry_run},
-        as_json,
-        lambda o: "\n".join(o["removed"]) or "nothing to remove",
+def version_gc(
+    root: str,
+    dataset: str,
+    keep_last: int | None,
+    keep_newer_than: str | None,
+    grace_seconds: float | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Remove old versions (never one an alias points to) and the data nothing references."""
+    import dataclasses
+
+    from tfrecord_suite.registry.datasets import DATA_GRACE_SECONDS, parse_duration
+
+    report = _registry(root).gc(
+        dataset,
+        keep_last=keep_last,
+        keep_newer_than=parse_duration(keep_newer_than) if keep_newer_than else None,
+        grace_seconds=DATA_GRACE_SECONDS if grace_seconds is None else grace_seconds,
+        dry_run=dry_run,
     )
+
+    def human(r: dict[str, Any]) -> str:
+        verb = "would remove" if r["dry_run"] else "removed"
+        lines = [f"{verb} version {v}" for v in r["removed_versions"]]
+        lines += [f"{verb} {d}" for d in r["removed_data"]]
+        lines.append(f"{verb} {r['freed_bytes']} bytes")
+        if r["pending"]:
+            lines.append(f"{len(r['pending'])} unreferenced folders younger than the grace kept")
+        return "\n".join(lines)
+
+    emit(dataclasses.asdict(report), as_json, human)

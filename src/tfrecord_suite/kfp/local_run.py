@@ -2,7 +2,7 @@
 
 Everything lands under one working folder that stands in for a bucket::
 
-    <workdir>/registry/<dataset>/<version>/   published dataset versions (and _staging, _models)
+    <workdir>/registry/<dataset>/<version>/   published dataset versions (shards: <dataset>/_data/)
     <workdir>/pipeline_root/                  kfp artifacts: summaries, models, metrics
     <workdir>/logs/run-<time>.log             kfp's full output: every step's streamed logs
 

@@ -48,6 +48,7 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         max_bad_fraction: float = 0.01,
         beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
         bump: str = "auto",
+        publish_mode: str = "new",
         strategy: str = "auto",
         cpu_devices: int = 1,
         epochs: int = 5,
@@ -81,6 +82,8 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             max_bad_fraction: Fail the shard step above this share of bad rows.
             beam_args: Extra Beam pipeline options, e.g. ["--runner=DataflowRunner", ...].
             bump: auto, major, minor or patch.
+            publish_mode: new (a version of exactly this input) or append (the latest version's
+                shards, referenced, plus this input's: a daily run adds its day of data).
             strategy: auto, one_device, mirrored, multi_worker or tpu.
             cpu_devices: Logical CPU devices (MirroredStrategy without GPUs).
             epochs: Training epochs.
@@ -126,6 +129,7 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             registry_root=registry_root,
             dataset_name=dataset_name,
             bump=bump,
+            publish_mode=publish_mode,
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         ).set_display_name("Publish dataset version")
         # publishing is idempotent, but a cached result could name a version gc'ed since: always run

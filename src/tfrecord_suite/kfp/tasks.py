@@ -75,14 +75,22 @@ def fingerprint_task(input_uri: str) -> str:
 
 
 def staging_uri(registry_root: str, dataset_name: str, run_key: str) -> str:
-    """Where a pipeline run stages its shards before publishing: under the registry's root.
+    """Where a pipeline run writes its shards: a new batch in the dataset's data folder.
 
-    Keyed on the run, so a retried shard step rewrites its own staging folder.
+    The version step then publishes them in place (the manifest is the only new object). Each
+    attempt gets a folder of its own, so a retry never rewrites shards a version may already
+    reference; what no version references is removed by ``version gc`` after its grace period.
     """
+    import uuid
+
+    from tfrecord_suite.registry.datasets import DATA
     from tfrecord_suite.registry.refs import check_name
 
     return storage.join(
-        storage.normalize(registry_root), "_staging", check_name(dataset_name), run_key
+        storage.normalize(registry_root),
+        check_name(dataset_name),
+        DATA,
+        f"run-{run_key}-{uuid.uuid4().hex[:8]}",
     )
 
 
@@ -176,6 +184,7 @@ def version_task(
     run_id: str,
     dataset: Any,
     card: Any,
+    publish_mode: str = "new",
 ) -> tuple[str, str]:
     """Publish the staged shards; describe the version in ``dataset``.
 
@@ -192,11 +201,14 @@ def version_task(
     _setup_logging()
     registry = Registry(registry_root)
     with _final_on_bad_input("version", RegistryError):
+        if publish_mode not in ("new", "append"):
+            raise RegistryError(f"publish_mode {publish_mode!r}: use new or append")
         result = registry.publish(
             staged.metadata.get("staged_uri") or staged.uri,
             dataset_name,
             bump,
             producer={"image": running_image(), "pipeline_run_id": run_id or None},
+            append=publish_mode == "append",
         )
     m = result.manifest
     dataset.metadata.update(

@@ -16,6 +16,7 @@ def dataset_card(manifest: dict[str, Any], parent: dict[str, Any] | None = None)
         f"Created {m['created']}; {m['totals']['records']} records in {m['totals']['shards']} "
         f"shards ({m['totals']['bytes']} bytes){', GZIP' if m.get('gzip') else ''}.",
         f"Content digest `{m['content_digest']}`.",
+        *_storage_lines(m),
         "",
         "| split | records | shards | bytes |",
         "|---|---:|---:|---:|",
@@ -30,6 +31,13 @@ def dataset_card(manifest: dict[str, Any], parent: dict[str, Any] | None = None)
     if schema.get("label_classes"):
         lines += ["", f"Classes: {', '.join(schema['label_classes'])}"]
     lines += ["", "## Lineage", ""]
+    if m.get("append"):
+        a = m["append"]
+        lines.append(
+            f"Appended: {a['parent']} (content `{a['parent_content_digest'][:12]}`) plus "
+            f"{a['added_records']} records in {a['added_shards']} shards "
+            f"(staged content `{a['added_digest'][:12]}`)."
+        )
     if parent is None:
         lines.append("First version.")
     else:
@@ -39,3 +47,14 @@ def dataset_card(manifest: dict[str, Any], parent: dict[str, Any] | None = None)
     producer = m.get("producer", {})
     lines += ["", "Producer: " + ", ".join(f"{k}={v}" for k, v in producer.items() if v)]
     return "\n".join(lines) + "\n"
+
+
+def _storage_lines(m: dict[str, Any]) -> list[str]:
+    """What the version costs: bytes it added and bytes it shares with its parent."""
+    cost = m.get("storage")
+    if cost is None:  # written before versions shared data: every byte was its own copy
+        return [f"Storage: {m['totals']['bytes']} bytes added (a full copy), 0 shared."]
+    return [
+        f"Storage: {cost['added_bytes']} bytes added, {cost['shared_bytes']} bytes shared with "
+        "the parent."
+    ]

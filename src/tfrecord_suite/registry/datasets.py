@@ -2,16 +2,25 @@
 
 Layout::
 
-    <root>/<dataset>/<MAJOR.MINOR.PATCH>/manifest.json          the version exists iff this exists
-    <root>/<dataset>/<MAJOR.MINOR.PATCH>/<attempt>/<shard files> written before the manifest
-    <root>/<dataset>/<MAJOR.MINOR.PATCH>/dataset_info.json      for tfds.builder_from_directory
-    <root>/<dataset>/aliases/<alias>.json                       pointers, compare-and-swap
+    <root>/<dataset>/<MAJOR.MINOR.PATCH>/manifest.json   the version exists iff this exists
+    <root>/<dataset>/<MAJOR.MINOR.PATCH>/removed.json    left by ``gc``: the number is never reused
+    <root>/<dataset>/<MAJOR.MINOR.PATCH>/dataset_info.json, features.json, tfds/   for TFDS
+    <root>/<dataset>/_data/<batch>/<shard files>         shards, in batches; manifests point here
+    <root>/<dataset>/aliases/<alias>.json                pointers, compare-and-swap
 
-Publishing copies the shards into a folder unique to the attempt, then creates the manifest with
-create-if-absent. Two publishers racing for one version never touch each other's files; exactly
-one manifest create succeeds; the loser either finds the same content (and returns that version)
-or moves on to the next version. A crash before the manifest leaves only an orphaned attempt
-folder, invisible to readers and removed by :meth:`Registry.gc`.
+Shards live in batches under ``_data/``, not inside a version: a version is its manifest, which
+lists every shard with its own path (relative to the dataset's folder) and checksum. So
+publishing costs only what changed. A shard step that wrote straight into ``_data/`` (as the
+pipeline does) is published in place: the manifest is the only new object. Shards staged
+elsewhere are hard-linked into a new batch where the store allows it (one file, two names) and
+copied otherwise; :func:`tfrecord_suite.io.storage.bytes_copied` counts what was copied. An
+*appended* version lists its parent's shards as they are plus the new batch.
+
+Versions are claimed by creating the manifest with create-if-absent
+(:mod:`tfrecord_suite.registry.store`): exactly one racing publisher gets each number, and a
+crash before the manifest leaves only a batch no manifest references, which :meth:`Registry.gc`
+removes once it is older than the grace period. Manifests written before batches existed
+(``format`` 1) keep their shards inside the version folder and read as before.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import IO, Any
 from tfrecord_suite import __version__
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
+from tfrecord_suite.registry import store
 from tfrecord_suite.registry.refs import (
     DatasetRef,
     InvalidName,
@@ -45,9 +55,18 @@ from tfrecord_suite.schema import Schema, diff_schemas
 
 _LOG = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+REMOVED = "removed.json"
 ALIASES = "aliases"
-MANIFEST_FORMAT = 1
+DATA = "_data"
+
+#: 2: shard paths are relative to the dataset's folder (batches under ``_data/``); 1: to the
+#: version's folder (shards copied into it).
+MANIFEST_FORMAT = 2
 _PUBLISH_ATTEMPTS = 20
+#: How long data no manifest references is kept before ``gc`` removes it, and so how long a
+#: publish may take from reading its inputs to creating its manifest. A batch staged in place
+#: is only published in place while it is younger than half of this.
+DATA_GRACE_SECONDS = 7 * 24 * 3600.0
 
 
 class RegistryError(UserError, RuntimeError):
@@ -273,37 +292,19 @@ class Registry:
         target = Version.parse(str(version))
         if not storage.exists(self.manifest_uri(dataset, target)):
             raise RegistryError(f"cannot alias {dataset}@{target}: that version does not exist")
-        uri = self.alias_uri(dataset, alias)
-        for _ in range(100):
-            data, token = storage.read_with_token(uri)
-            current = None if data is None else json.loads(data)
-            current_v = None if current is None else Version.parse(current["version"])
-            if expected is not ...:
-                want = None if expected is None else Version.parse(str(expected))
-                if current_v != want:
-                    raise storage.PreconditionFailed(
-                        f"alias {alias!r} of {dataset} points to {current_v}, expected {want}"
-                    )
-            if only_forward and current_v is not None and current_v >= target:
-                return current_v
-            history = (current or {}).get("history", [])[-19:]
-            if current_v is not None:
-                history.append({"version": str(current_v), "until": _now()})
-            body = {
-                "alias": alias,
-                "dataset": dataset,
-                "version": str(target),
-                "updated": _now(),
-                "history": history,
-            }
-            try:
-                storage.compare_and_swap(uri, json.dumps(body, indent=2).encode(), token)
-                return target
-            except storage.PreconditionFailed:
-                if expected is not ...:
-                    raise
-                time.sleep(0.01)
-        raise RegistryError(f"alias {alias!r} of {dataset}: too much contention, try again")
+        return store.move_alias(
+            self.alias_uri(dataset, alias),
+            target,
+            {"alias": alias, "dataset": dataset},
+            decode=Version.parse,
+            encode=str,
+            expected=expected
+            if expected is store.ANY or expected is None
+            else Version.parse(str(expected)),
+            only_forward=only_forward,
+            what=f"alias {alias!r} of {dataset}",
+            error=RegistryError,
+        )
 
     def aliases(self, dataset: str) -> dict[str, str]:
         """Every alias of a dataset and its version."""
@@ -323,23 +324,28 @@ class Registry:
         bump: str = "auto",
         producer: dict[str, Any] | None = None,
         on_copied: Callable[[str], None] | None = None,
+        append: bool = False,
     ) -> PublishResult:
         """Publish the shards in ``staged`` (a shard step's output) as a new version.
 
         Args:
             staged: Folder holding ``summary.json``, ``schema.json`` and the shards.
             dataset: Dataset name.
-            bump: ``auto``, ``major``, ``minor`` or ``patch``.
+            bump: ``auto``, ``major``, ``minor`` or ``patch`` (an append is always a minor bump).
             producer: Extra producer fields (image, pipeline run id...).
-            on_copied: Called with the attempt folder after the shards are copied and before the
+            on_copied: Called with the batch folder once the shards are in place and before the
                 manifest is written (crash-injection hook for tests).
+            append: Make a MINOR version of the latest version's shards (referenced, not
+                copied) plus these. The staged shards must have the same schema and compression
+                and be split by the same rule (the shard step's hash of each record's key).
 
         Returns:
-            The version, and whether it was created (False: identical content already published).
+            The version, and whether it was created (False: this content, or this appended
+            data, is already published).
 
         Raises:
             BumpRefused: ``bump`` is lower than the changes require.
-            RegistryError: The staged folder is incomplete or corrupt.
+            RegistryError: The staged folder is incomplete or corrupt, or cannot be appended.
 
         """
         check_name(dataset)
@@ -347,49 +353,81 @@ class Registry:
             raise UserError(f"--bump {bump!r}: use auto, major, minor or patch")
         staged = storage.normalize(staged)
         body = self._describe_staged(staged)
-        for attempt in range(1, _PUBLISH_ATTEMPTS + 1):
-            existing = self._find_identical(dataset, body["content_digest"])
-            if existing is not None:
-                _LOG.info("%s@%s already holds this content; nothing published", dataset, existing)
-                return PublishResult(
-                    str(existing),
-                    self.version_dir(dataset, existing),
-                    self.manifest(dataset, existing),
-                    False,
-                    attempt,
-                )
+        earlier = self._already_published(dataset, body, append)
+        if earlier is not None:
+            return earlier
+        batch = self._place_shards(dataset, staged, body["shards"])
+        if on_copied is not None:
+            on_copied(storage.join(self.dataset_dir(dataset), batch))
+        attempts = 0
+
+        def propose(attempt: int) -> store.Proposal[Version] | PublishResult:
+            nonlocal attempts
+            attempts = attempt
+            earlier = self._already_published(dataset, body, append, attempt)
+            if earlier is not None:
+                return earlier
             parent = self.latest(dataset)
             parent_manifest = self.manifest(dataset, parent) if parent else None
-            kind, reasons = required_bump(parent_manifest, body)
-            if parent is not None and kind is None:
-                # a racing publisher put this very content in place after the check above
-                continue
-            if bump != "auto":
-                if kind is not None and bump_rank(bump) < bump_rank(kind):
-                    raise BumpRefused(
-                        f"--bump {bump} refused: the changes since {dataset}@{parent} need a "
-                        f"{kind} bump ({'; '.join(reasons)})"
-                    )
-                kind = bump
-                reasons = [*reasons, f"{bump} requested"]
+            if append:
+                kind, reasons, content = _appended(dataset, parent, parent_manifest, body, batch)
+            else:
+                kind, reasons = self._bump_for(dataset, parent, parent_manifest, body, bump)
+                if parent is not None and kind is None:
+                    # a racing publisher put this very content in place after the check above
+                    return store.Proposal(parent, self.manifest_uri(dataset, parent), {})
+                content = _fresh_content(body, batch)
             version = parent.bump(kind) if parent else Version(1, 0, 0)
-            vdir = self.version_dir(dataset, version)
-            attempt_dir = storage.join(vdir, f"data-{uuid.uuid4().hex[:12]}")
-            shards = self._copy_shards(staged, body["shards"], attempt_dir, vdir)
-            if on_copied is not None:
-                on_copied(attempt_dir)
-            manifest = self._manifest(
-                dataset, version, parent, kind, reasons, body, shards, producer
+            while storage.exists(storage.join(self.version_dir(dataset, version), REMOVED)):
+                version = version.bump("patch")  # gc removed this number: never reuse it
+            manifest = self._manifest(dataset, version, parent, kind, reasons, content, producer)
+            return store.Proposal(version, self.manifest_uri(dataset, version), manifest)
+
+        won = store.publish_next(propose, _PUBLISH_ATTEMPTS, dataset, RegistryError)
+        if isinstance(won, PublishResult):
+            batch_uri = storage.join(self.dataset_dir(dataset), batch)
+            if batch_uri != staged:  # our own links or copies, which no manifest references
+                storage.delete_tree(batch_uri)
+            return won
+        vdir = self.version_dir(dataset, won.version)
+        # only the winner writes beside its manifest: a loser must not touch the folder
+        self._write_tfds_metadata(vdir, won.manifest)
+        self.set_alias(dataset, "latest", won.version, only_forward=True)
+        return PublishResult(str(won.version), vdir, won.manifest, True, attempts)
+
+    def _already_published(
+        self, dataset: str, body: dict[str, Any], append: bool, attempt: int = 1
+    ) -> PublishResult | None:
+        """The version that already holds this content (or, appending, this appended data)."""
+        for v in reversed(self.versions(dataset)):
+            m = self.manifest(dataset, v)
+            same = (
+                m.get("append", {}).get("added_digest") == body["content_digest"]
+                if append
+                else m.get("content_digest") == body["content_digest"]
             )
-            text = json.dumps(manifest, indent=2, sort_keys=True)
-            if storage.create_if_absent(storage.join(vdir, MANIFEST), text.encode()):
-                # only the winner writes beside its manifest: a loser must not touch the folder
-                self._write_tfds_metadata(vdir, attempt_dir, manifest)
-                self.set_alias(dataset, "latest", version, only_forward=True)
-                return PublishResult(str(version), vdir, manifest, True, attempt)
-            _LOG.info("lost the race for %s@%s; retrying", dataset, version)
-            storage.delete_tree(attempt_dir)
-        raise RegistryError(f"could not publish {dataset} after {_PUBLISH_ATTEMPTS} attempts")
+            if same:
+                _LOG.info("%s@%s already holds this content; nothing published", dataset, v)
+                return PublishResult(str(v), self.version_dir(dataset, v), m, False, attempt)
+        return None
+
+    def _bump_for(
+        self,
+        dataset: str,
+        parent: Version | None,
+        parent_manifest: dict[str, Any] | None,
+        body: dict[str, Any],
+        bump: str,
+    ) -> tuple[str | None, list[str]]:
+        kind, reasons = required_bump(parent_manifest, body)
+        if bump == "auto":
+            return kind, reasons
+        if kind is not None and bump_rank(bump) < bump_rank(kind):
+            raise BumpRefused(
+                f"--bump {bump} refused: the changes since {dataset}@{parent} need a "
+                f"{kind} bump ({'; '.join(reasons)})"
+            )
+        return bump, [*reasons, f"{bump} requested"]
 
     def _describe_staged(self, staged: str) -> dict[str, Any]:
         try:
@@ -448,33 +486,29 @@ class Registry:
             "content_digest": content.hexdigest(),
         }
 
-    def _find_identical(self, dataset: str, digest: str) -> Version | None:
-        for v in reversed(self.versions(dataset)):
-            if self.manifest(dataset, v).get("content_digest") == digest:
-                return v
-        return None
+    def _place_shards(self, dataset: str, staged: str, shards: list[dict[str, Any]]) -> str:
+        """Put the staged shards in a batch; return the batch's path in the dataset's folder.
 
-    def _copy_shards(
-        self, staged: str, shards: list[dict[str, Any]], attempt_dir: str, vdir: str
-    ) -> list[dict[str, Any]]:
-        out = []
+        In place when ``staged`` already is a batch of this dataset (and young enough that
+        ``gc`` cannot remove it before the manifest exists); otherwise linked or copied into a
+        new batch.
+        """
+        ddir = self.dataset_dir(dataset)
+        pool = storage.join(ddir, DATA)
+        if staged.startswith(pool + "/"):
+            files = [storage.stat(storage.join(staged, s["name"])) for s in shards]
+            oldest = min((f.mtime for f in files), default=time.time())
+            if time.time() - oldest < DATA_GRACE_SECONDS / 2:
+                return _relative(staged, ddir)
+            _LOG.info("%s is too old to publish in place; linking it into a new batch", staged)
+        batch = storage.join(pool, f"publish-{uuid.uuid4().hex[:12]}")
         for s in shards:
-            dst = storage.join(attempt_dir, s["name"])
-            storage.copy(storage.join(staged, s["name"]), dst)
+            dst = storage.join(batch, s["name"])
+            storage.link_or_copy(storage.join(staged, s["name"]), dst)
             size = storage.stat(dst).size
             if size != s["bytes"]:
-                raise RegistryError(
-                    f"copy of {s['name']} to {dst} has {size} bytes, expected {s['bytes']}"
-                )
-            out.append(
-                {
-                    **s,
-                    "path": storage.relative_to(dst, vdir)
-                    if not storage.is_gcs(dst)
-                    else dst[len(vdir) + 1 :],
-                }
-            )
-        return out
+                raise RegistryError(f"{dst} has {size} bytes, expected {s['bytes']}")
+        return _relative(batch, ddir)
 
     def _manifest(
         self,
@@ -483,30 +517,33 @@ class Registry:
         parent: Version | None,
         kind: str | None,
         reasons: list[str],
-        body: dict[str, Any],
-        shards: list[dict[str, Any]],
+        content: dict[str, Any],
         producer: dict[str, Any] | None,
     ) -> dict[str, Any]:
+        shards = content["shards"]
         return {
             "format": MANIFEST_FORMAT,
             "dataset": dataset,
             "version": str(version),
-            "created": _now(),
+            "created": store.now(),
             "parent": str(parent) if parent else None,
             "bump": kind or "initial",
             "bump_reasons": reasons,
-            "schema": body["schema"],
-            "splits": body["splits"],
-            "shards": sorted(shards, key=lambda s: s["name"]),
+            "schema": content["schema"],
+            "splits": content["splits"],
+            "shards": sorted(shards, key=lambda s: (s["split"], s["index"])),
             "totals": {
                 "records": sum(s["records"] for s in shards),
                 "bytes": sum(s["bytes"] for s in shards),
                 "shards": len(shards),
             },
-            "gzip": body["gzip"],
-            "statistics": body["statistics"],
-            "input_fingerprint": body["input_fingerprint"],
-            "content_digest": body["content_digest"],
+            "gzip": content["gzip"],
+            "statistics": content["statistics"],
+            "input_fingerprint": content["input_fingerprint"],
+            "content_digest": content["content_digest"],
+            "records_digest": records_digest(content),
+            "storage": content["storage"],
+            **({"append": content["append"]} if "append" in content else {}),
             "producer": {
                 "package": f"tfrecord-suite {__version__}",
                 "git_commit": _git_commit(),
@@ -516,11 +553,11 @@ class Registry:
 
     # ---------------------------------------------------------------------- TFDS metadata
 
-    def _write_tfds_metadata(self, vdir: str, attempt_dir: str, manifest: dict[str, Any]) -> None:
+    def _write_tfds_metadata(self, vdir: str, manifest: dict[str, Any]) -> None:
         """Write ``dataset_info.json``/``features.json`` so TFDS can read the version."""
         from tfrecord_suite.registry import tfds_meta
 
-        tfds_meta.write(vdir, attempt_dir[len(vdir) + 1 :], manifest)
+        tfds_meta.write(vdir, manifest, [shard_uri(manifest, vdir, s) for s in manifest["shards"]])
 
     # ------------------------------------------------------------------------------- checks
 
@@ -535,7 +572,7 @@ class Registry:
         vdir = self.version_dir(dataset, version)
         problems, bad = [], []
         for s in manifest["shards"]:
-            uri = storage.join(vdir, s["path"])
+            uri = shard_uri(manifest, vdir, s)
             n_before = len(problems)
             try:
                 scan = scan_shard(uri, bool(naming.parse_shard_name(s["name"])["gzip"]))
@@ -588,41 +625,152 @@ class Registry:
             "reasons": reasons,
         }
 
-    def gc(self, dataset: str, grace_seconds: float = 3600.0, dry_run: bool = False) -> list[str]:
-        """Remove staging files that no manifest references.
+    def gc(
+        self,
+        dataset: str,
+        keep_last: int | None = None,
+        keep_newer_than: float | None = None,
+        grace_seconds: float = DATA_GRACE_SECONDS,
+        dry_run: bool = False,
+    ) -> GcReport:
+        """Remove old versions, then the data no manifest references.
 
-        Attempt folders of published versions that lost a race or crashed are removed at once;
-        attempt folders of versions without a manifest only once they are older than
-        ``grace_seconds`` (a publisher may still be copying).
+        Args:
+            dataset: Dataset name.
+            keep_last: Keep this many newest versions (None: remove no version by count).
+            keep_newer_than: Keep versions created less than this many seconds ago.
+            grace_seconds: Data is removed only once nothing has referenced it for this long
+                (unpublished batches by their files' age, removed versions' data by the time of
+                removal), so a publish still running is never robbed of its shards.
+            dry_run: Only report.
 
-        Returns:
-            URIs removed (or that would be, with ``dry_run``).
+        A version an alias points to is always kept. A removed version leaves ``removed.json``
+        (with its manifest) in place of its manifest, so its number is never published again.
+        Shards a kept version references (an appended version's parent shards) stay.
 
         """
-        removed = []
+        if keep_last is not None and keep_last < 1:
+            raise UserError("--keep-last must be at least 1")
         now = time.time()
+        live = self.versions(dataset)
+        report = GcReport(dry_run=dry_run)
+        if keep_last is not None or keep_newer_than is not None:
+            keep = {Version.parse(v) for v in self.aliases(dataset).values()}
+            if keep_last is not None:
+                keep |= set(live[-keep_last:])
+            manifests = {v: self.manifest(dataset, v) for v in live}
+            if keep_newer_than is not None:
+                keep |= {v for v in live if now - _age_base(manifests[v]) < keep_newer_than}
+            for v in live:
+                if v not in keep:
+                    report.removed_versions.append(str(v))
+                    if not dry_run:
+                        self._remove_version(dataset, v, manifests[v])
+        # what still needs data: live manifests, and versions removed less than the grace ago
+        needed: set[str] = set()
         for name in storage.list_dirs(self.dataset_dir(dataset)):
             if not Version.is_version(name):
                 continue
-            vdir = self.version_dir(dataset, name)
-            manifest_uri = storage.join(vdir, MANIFEST)
-            live: set[str] = set()
-            published = storage.exists(manifest_uri)
-            if published:
-                live = {s["path"].split("/", 1)[0] for s in self.manifest(dataset, name)["shards"]}
-            for sub in storage.list_dirs(vdir):
-                if sub in live or not sub.startswith("data-"):
-                    continue
-                files = storage.list_files(storage.join(vdir, sub))
-                newest = max((f.mtime for f in files), default=0.0)
-                if not published and now - newest < grace_seconds:
-                    continue
-                removed.append(storage.join(vdir, sub))
-                if not dry_run:
-                    storage.delete_tree(storage.join(vdir, sub))
-            if not published and not dry_run and not storage.list_files(vdir):
-                storage.delete_tree(vdir)
-        return removed
+            m, removed_at = self._manifest_or_tombstone(dataset, name)
+            if m is None:
+                continue
+            if removed_at is None and name in report.removed_versions:
+                removed_at = now  # dry run: removed now
+            gone = removed_at is not None and time.time() - removed_at >= grace_seconds
+            if not gone:
+                vdir = self.version_dir(dataset, name)
+                needed |= {_batch_of(shard_uri(m, vdir, s)) for s in m["shards"]}
+        for batch in self._batches(dataset):
+            if batch in needed:
+                continue
+            files = storage.list_files(batch)
+            if files and now - max(f.mtime for f in files) < grace_seconds:
+                report.pending.append(batch)
+                continue
+            report.removed_data.append(batch)
+            report.freed_bytes += sum(f.size for f in files)
+            if not dry_run:
+                storage.delete_tree(batch)
+        # an empty version folder stays: a publisher may be creating its manifest right now
+        return report
+
+    def _remove_version(self, dataset: str, version: Version, manifest: dict[str, Any]) -> None:
+        vdir = self.version_dir(dataset, version)
+        body = {"version": str(version), "removed": store.now(), "manifest": manifest}
+        storage.create_if_absent(
+            storage.join(vdir, REMOVED), json.dumps(body, indent=2, sort_keys=True).encode()
+        )
+        storage.delete(storage.join(vdir, MANIFEST))
+        for name in ("dataset_info.json", "features.json"):
+            storage.delete(storage.join(vdir, name))
+        storage.delete_tree(storage.join(vdir, "tfds"))  # tfds_meta.VIEW
+
+    def _manifest_or_tombstone(
+        self, dataset: str, version: str
+    ) -> tuple[dict[str, Any] | None, float | None]:
+        """A version's manifest and, when gc removed it, when (seconds since the epoch)."""
+        vdir = self.version_dir(dataset, version)
+        try:
+            return load_manifest(storage.read_text(storage.join(vdir, MANIFEST))), None
+        except FileNotFoundError:
+            pass
+        try:
+            removed = json.loads(storage.read_text(storage.join(vdir, REMOVED)))
+        except FileNotFoundError:
+            return None, None
+        when = dt.datetime.fromisoformat(removed["removed"]).timestamp()
+        return removed["manifest"], when
+
+    def _batches(self, dataset: str) -> list[str]:
+        """Every folder shards are kept in: batches, and format-1 versions' attempt folders."""
+        ddir = self.dataset_dir(dataset)
+        out = [storage.join(ddir, DATA, b) for b in storage.list_dirs(storage.join(ddir, DATA))]
+        for name in storage.list_dirs(ddir):
+            if Version.is_version(name):
+                vdir = self.version_dir(dataset, name)
+                out += [
+                    storage.join(vdir, d) for d in storage.list_dirs(vdir) if d.startswith("data-")
+                ]
+        return out
+
+
+@dataclasses.dataclass
+class GcReport:
+    """What :meth:`Registry.gc` removed (or would, in a dry run)."""
+
+    dry_run: bool
+    removed_versions: list[str] = dataclasses.field(default_factory=list)
+    removed_data: list[str] = dataclasses.field(default_factory=list)
+    freed_bytes: int = 0
+    #: unreferenced data younger than the grace period, left for a later run
+    pending: list[str] = dataclasses.field(default_factory=list)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30d``, ``12h``, ``90m`` or ``3600s``.
+
+    Raises:
+        UserError: Naming the text that is not such a duration.
+
+    """
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    number, unit = text[:-1], text[-1:]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in units or value < 0:
+        raise UserError(f"duration {text!r}: use a number and d, h, m or s (30d, 12h, 90m)")
+    return value * units[unit]
+
+
+def _batch_of(uri: str) -> str:
+    """The batch (or format-1 attempt folder) a shard lies in: its folder."""
+    return storage.parent(uri)
+
+
+def _age_base(manifest: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(manifest["created"]).timestamp()
 
 
 def required_bump(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[str | None, list[str]]:
@@ -718,7 +866,147 @@ def shard_uris(manifest: dict[str, Any], version_dir: str, split: str) -> list[s
             f"{manifest['dataset']}@{manifest['version']} has no split {split!r} "
             f"(splits: {sorted(manifest['splits'])})"
         )
-    return [storage.join(version_dir, s["path"]) for s in shards]
+    return [shard_uri(manifest, version_dir, s) for s in shards]
+
+
+def shard_uri(manifest: dict[str, Any], version_dir: str, shard: dict[str, Any]) -> str:
+    """Where one shard of a manifest is.
+
+    Its path is relative to the dataset's folder (format 2) or to the version's folder (format 1,
+    shards copied into the version).
+    """
+    base = storage.parent(version_dir) if manifest.get("format", 1) >= 2 else version_dir
+    return storage.join(base, shard["path"])
+
+
+def records_digest(content: dict[str, Any]) -> str:
+    """Digest of a version's records by split, whatever shards hold them and in whatever order.
+
+    An appended version and a version sharded from scratch from the same records get the same
+    value (each split's digest is a sum of per-record hashes).
+    """
+    schema = _without_defaults(content["schema"])  # computed from the data, not part of it
+    digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
+    for name, split in sorted(content["splits"].items()):
+        digest.update(f"{name}:{split['records_digest']}\n".encode())
+    return digest.hexdigest()
+
+
+def _fresh_content(body: dict[str, Any], batch: str) -> dict[str, Any]:
+    """A new version's content: the staged shards, all new, in ``batch``."""
+    shards = [{**s, "path": f"{batch}/{s['name']}"} for s in body["shards"]]
+    added = sum(s["bytes"] for s in shards)
+    return {**body, "shards": shards, "storage": {"added_bytes": added, "shared_bytes": 0}}
+
+
+def _appended(
+    dataset: str,
+    parent: Version | None,
+    parent_manifest: dict[str, Any] | None,
+    body: dict[str, Any],
+    batch: str,
+) -> tuple[str, list[str], dict[str, Any]]:
+    """The bump, reasons and content of ``parent`` plus the staged shards in ``batch``."""
+    if parent is None or parent_manifest is None:
+        raise RegistryError(f"cannot append to {dataset}: it has no version yet; publish one first")
+    if _without_defaults(parent_manifest["schema"]) != _without_defaults(body["schema"]):
+        diff = diff_schemas(
+            Schema.from_dict(parent_manifest["schema"]), Schema.from_dict(body["schema"])
+        )
+        raise RegistryError(
+            f"cannot append to {dataset}@{parent}: the staged schema differs "
+            f"({'; '.join(diff['breaking'] + diff['compatible']) or 'labels or encoding'}); "
+            "publish it as a new version instead"
+        )
+    if bool(parent_manifest.get("gzip")) != body["gzip"]:
+        raise RegistryError(
+            f"cannot append to {dataset}@{parent}: its shards are "
+            f"{'' if parent_manifest.get('gzip') else 'not '}GZIP-compressed and the staged ones "
+            f"{'are' if body['gzip'] else 'are not'}"
+        )
+    in_version = parent_manifest.get("format", 1) < 2  # format 1: paths inside the version
+    old = [
+        {**s, "path": f"{parent}/{s['path']}" if in_version else s["path"]}
+        for s in parent_manifest["shards"]
+    ]
+    new = [{**s, "path": f"{batch}/{s['name']}"} for s in body["shards"]]
+    shards = []
+    for split in sorted({s["split"] for s in old + new}):
+        mine = sorted((s for s in old if s["split"] == split), key=lambda s: s["index"])
+        mine += sorted((s for s in new if s["split"] == split), key=lambda s: s["index"])
+        shards += [{**s, "index": i, "num_shards": len(mine)} for i, s in enumerate(mine)]
+    splits = {}
+    for name in sorted(set(parent_manifest["splits"]) | set(body["splits"])):
+        none = {"records": 0, "bytes": 0, "shards": 0, "records_digest": "0"}
+        a, b = parent_manifest["splits"].get(name, none), body["splits"].get(name, none)
+        digest = (int(a["records_digest"], 16) + int(b["records_digest"], 16)) % 2**256
+        splits[name] = {
+            "records": a["records"] + b["records"],
+            "bytes": a["bytes"] + b["bytes"],
+            "shards": a["shards"] + b["shards"],
+            "records_digest": f"{digest:064x}",
+        }
+    content_digest = hashlib.sha256(json.dumps(parent_manifest["schema"], sort_keys=True).encode())
+    for s in sorted(shards, key=lambda s: s["path"]):
+        content_digest.update(f"{s['path']}:{s['sha256']}\n".encode())
+    added = sum(s["bytes"] for s in new)
+    reasons = [
+        f"appended {sum(s['records'] for s in new)} records in {len(new)} shards to {parent}"
+    ]
+    content = {
+        # the parent's: its imputation defaults, which the staged data's may differ from
+        "schema": parent_manifest["schema"],
+        "splits": splits,
+        "shards": shards,
+        "statistics": merge_statistics(parent_manifest.get("statistics", {}), body["statistics"]),
+        "input_fingerprint": body["input_fingerprint"],
+        "gzip": body["gzip"],
+        "content_digest": content_digest.hexdigest(),
+        "storage": {"added_bytes": added, "shared_bytes": sum(s["bytes"] for s in old)},
+        "append": {
+            "parent": str(parent),
+            "parent_content_digest": parent_manifest["content_digest"],
+            "added_digest": body["content_digest"],
+            "added_records": sum(s["records"] for s in new),
+            "added_shards": len(new),
+            "batch": batch,
+        },
+    }
+    return "minor", reasons, content
+
+
+def _without_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema without its features' defaults, which are computed from the data."""
+    return {**schema, "features": [{**f, "default": None} for f in schema["features"]]}
+
+
+def merge_statistics(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Per-split statistics of two sets of records merged, as if computed over both at once."""
+    from tfrecord_suite.shard import convert
+
+    def unfinalize(s: dict[str, Any]) -> dict[str, Any]:
+        out = {**s, "features": {}}
+        for name, f in s.get("features", {}).items():
+            f = dict(f)
+            if "mean" in f:
+                mean, std, n = f.pop("mean"), f.pop("std"), f["present"]
+                f["sum"], f["sum_sq"] = mean * n, (std * std + mean * mean) * n
+            out["features"][name] = f
+        return out
+
+    merged = {}
+    for split in sorted(set(a) | set(b)):
+        if split in a and split in b:
+            merged[split] = convert.finalize_stats(
+                convert.merge_stats(unfinalize(a[split]), unfinalize(b[split]))
+            )
+        else:
+            merged[split] = a.get(split) or b[split]
+    return merged
+
+
+def _relative(uri: str, base: str) -> str:
+    return uri[len(base) + 1 :] if storage.is_gcs(uri) else storage.relative_to(uri, base)
 
 
 def _safe(name: str) -> bool:
@@ -727,10 +1015,6 @@ def _safe(name: str) -> bool:
     except InvalidName:
         return False
     return True
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _git_commit() -> str | None:

@@ -9,24 +9,24 @@ Layout::
 Versions are 1, 2, 3...: a model has no compatibility contract to encode in the number, and its
 lineage (the dataset version and digest it was trained on, its evaluation) is in ``model.json``.
 Publishing copies the files into a folder unique to the attempt and then creates ``model.json``
-with create-if-absent, exactly like dataset versions, so concurrent registrations each get their
-own number and a crash leaves nothing a reader can see.
+with create-if-absent (:mod:`tfrecord_suite.registry.store`, the rule dataset versions follow
+too), so concurrent registrations each get their own number and a crash leaves nothing a reader
+can see.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 import json
 import logging
-import time
 import uuid
 from typing import Any
 
 from tfrecord_suite import __version__
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
+from tfrecord_suite.registry import store
 from tfrecord_suite.registry.refs import check_name
 
 _LOG = logging.getLogger(__name__)
@@ -146,30 +146,17 @@ class ModelRegistry:
 
         """
         self.get(name, version)
-        uri = self.alias_uri(name, alias)
-        for _ in range(100):
-            data, token = storage.read_with_token(uri)
-            current = None if data is None else json.loads(data)
-            current_v = None if current is None else int(current["version"])
-            if expected is not ... and current_v != expected:
-                raise storage.PreconditionFailed(
-                    f"alias {alias!r} of model {name} points to {current_v}, expected {expected}"
-                )
-            if only_forward and current_v is not None and current_v >= version:
-                return current_v
-            history = (current or {}).get("history", [])[-19:]
-            if current_v is not None:
-                history.append({"version": current_v, "until": _now()})
-            body = {"alias": alias, "model": name, "version": int(version), "updated": _now(),
-                    "history": history}  # fmt: skip
-            try:
-                storage.compare_and_swap(uri, json.dumps(body, indent=2).encode(), token)
-                return int(version)
-            except storage.PreconditionFailed:
-                if expected is not ...:
-                    raise
-                time.sleep(0.01)
-        raise ModelRegistryError(f"alias {alias!r} of model {name}: too much contention")
+        return store.move_alias(
+            self.alias_uri(name, alias),
+            int(version),
+            {"alias": alias, "model": name},
+            decode=int,
+            encode=int,
+            expected=expected,
+            only_forward=only_forward,
+            what=f"alias {alias!r} of model {name}",
+            error=ModelRegistryError,
+        )
 
     def register(
         self,
@@ -223,7 +210,8 @@ class ModelRegistry:
                     run_id,
                 )
                 return earlier
-        for _ in range(_ATTEMPTS):
+
+        def propose(_attempt: int) -> store.Proposal[int]:
             existing = self.versions(name)
             version = (existing[-1] if existing else 0) + 1
             vdir = self.version_dir(name, version)
@@ -240,7 +228,7 @@ class ModelRegistry:
                 "format": 1,
                 "model": name,
                 "version": version,
-                "created": _now(),
+                "created": store.now(),
                 "files_dir": attempt,
                 "export_dir": f"{attempt}/{export_subdir}",
                 "files": entries,
@@ -248,13 +236,16 @@ class ModelRegistry:
                 "lineage": lineage,
                 "producer": {"package": f"tfrecord-suite {__version__}"},
             }
-            text = json.dumps(manifest, indent=2, sort_keys=True).encode()
-            if storage.create_if_absent(storage.join(vdir, MODEL_MANIFEST), text):
-                self.set_alias(name, "latest", version, only_forward=True)
-                return self.get(name, version)
-            _LOG.info("lost the race for model %s v%d; retrying", name, version)
-            storage.delete_tree(storage.join(vdir, attempt))
-        raise ModelRegistryError(f"could not register model {name} after {_ATTEMPTS} attempts")
+            return store.Proposal(
+                version,
+                storage.join(vdir, MODEL_MANIFEST),
+                manifest,
+                abandon=lambda: storage.delete_tree(storage.join(vdir, attempt)),
+            )
+
+        won = store.publish_next(propose, _ATTEMPTS, f"model {name}", ModelRegistryError)
+        self.set_alias(name, "latest", won.version, only_forward=True)
+        return self.get(name, won.version)
 
     def _registered_by(self, name: str, run_id: str, content_digest: str) -> RegisteredModel | None:
         """The version a pipeline run already registered with this content, if any."""
@@ -293,7 +284,3 @@ def _content_digest(digests: dict[str, str]) -> str:
     for path in sorted(digests):
         content.update(f"{path}\0{digests[path]}\n".encode())
     return content.hexdigest()
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

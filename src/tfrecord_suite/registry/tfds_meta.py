@@ -3,14 +3,26 @@
 Written with TFDS's own ``DatasetInfo`` when ``tensorflow-datasets`` is installed (extra ``tfds``);
 skipped with a log line otherwise. Missing tabular values stay missing in the records, so scalar
 features are declared ``optional``.
+
+TFDS finds a split's files by one name template in one folder (``{SPLIT}-{SHARD_X_OF_Y}``
+relative to the metadata), while a version's shards may lie in several batches (an appended
+version). So each version gets a view, ``<version>/tfds/``, of hard links named as TFDS expects:
+names, not bytes. Two cases cannot be read by TFDS and get no metadata, with a log line saying
+why: GZIP-compressed versions (TFDS's TFRecord adapter opens files without a compression type)
+and versions on GCS (objects cannot be linked, and a template cannot point out of the folder).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
+from tfrecord_suite.io import naming
+
 _LOG = logging.getLogger(__name__)
+#: The version's folder of links TFDS reads through.
+VIEW = "tfds"
 
 
 def tfds_features(schema: dict[str, Any]) -> Any:
@@ -32,30 +44,49 @@ def tfds_features(schema: dict[str, Any]) -> Any:
     return tfds.features.FeaturesDict(feats)
 
 
-def write(version_dir: str, attempt: str, manifest: dict[str, Any]) -> bool:
-    """Write ``dataset_info.json`` and ``features.json`` into ``version_dir``.
+def write(version_dir: str, manifest: dict[str, Any], shard_uris: list[str]) -> bool:
+    """Write ``dataset_info.json``, ``features.json`` and the ``tfds/`` view into ``version_dir``.
+
+    Args:
+        version_dir: The version's folder.
+        manifest: Its manifest.
+        shard_uris: Where each of ``manifest["shards"]`` is, in the same order.
 
     Returns:
-        Whether the metadata was written (False when TFDS is not installed or the folder is on
-        GCS and TFDS cannot reach it).
+        Whether the metadata was written (False when TFDS is not installed, or cannot read this
+        version: see the module docstring).
 
     """
+    from tfrecord_suite.io import storage
+
+    why_not = unreadable_reason(version_dir, manifest)
+    if why_not:
+        _LOG.info("no TFDS metadata for %s: %s", version_dir, why_not)
+        return False
     try:
         import tensorflow_datasets as tfds
     except ImportError:
         _LOG.info("tensorflow-datasets not installed; no TFDS metadata for %s", version_dir)
         return False
+    view = os.path.join(version_dir, VIEW)
     splits = []
     for name, info in manifest["splits"].items():
-        shards = sorted(
-            (s for s in manifest["shards"] if s["split"] == name), key=lambda s: s["index"]
+        mine = sorted(
+            (
+                (s, uri)
+                for s, uri in zip(manifest["shards"], shard_uris, strict=True)
+                if s["split"] == name
+            ),
+            key=lambda p: p[0]["index"],
         )
+        for i, (_, uri) in enumerate(mine):
+            storage.link_or_copy(uri, os.path.join(view, naming.shard_name(name, i, len(mine))))
         splits.append(
             tfds.core.SplitInfo(
                 name=name,
-                shard_lengths=[s["records"] for s in shards],
+                shard_lengths=[s["records"] for s, _ in mine],
                 num_bytes=info["bytes"],
-                filename_template=_template(version_dir, attempt, manifest, name),
+                filename_template=_template(version_dir, manifest, name),
             )
         )
     try:
@@ -83,15 +114,27 @@ def write(version_dir: str, attempt: str, manifest: dict[str, Any]) -> bool:
     return True
 
 
-def _template(
-    version_dir: str, attempt: str, manifest: dict[str, Any], split: str | None = None
-) -> Any:
+def unreadable_reason(version_dir: str, manifest: dict[str, Any]) -> str:
+    """Why TFDS cannot read this version ("" when it can)."""
+    if manifest.get("gzip"):
+        return (
+            "its shards are GZIP-compressed and TFDS's TFRecord adapter opens files without a "
+            "compression type; publish without --gzip to read it with TFDS"
+        )
+    if version_dir.startswith("gs://"):
+        return (
+            "on GCS the shards cannot be linked into the version's folder, where TFDS's name "
+            "template looks; read it with the suite's reader"
+        )
+    return ""
+
+
+def _template(version_dir: str, manifest: dict[str, Any], split: str | None = None) -> Any:
     import tensorflow_datasets as tfds
 
-    suffix = ".gz" if manifest.get("gzip") else ""
     return tfds.core.ShardedFileTemplate(
         data_dir=version_dir,
-        template=attempt + "/{SPLIT}-{SHARD_X_OF_Y}.tfrecord" + suffix,
+        template=VIEW + "/{SPLIT}-{SHARD_X_OF_Y}.tfrecord",
         dataset_name=manifest["dataset"],
         split=split,
         filetype_suffix="tfrecord",

@@ -19,7 +19,7 @@ from typing import Any
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
-from tfrecord_suite.registry.datasets import Registry, load_manifest, shard_uris
+from tfrecord_suite.registry.datasets import Registry, load_manifest, shard_uri, shard_uris
 from tfrecord_suite.registry.refs import DatasetRef
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
@@ -472,7 +472,7 @@ def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
                 "--skip-bad-records to train anyway, skipping unreadable records"
             ) from None
         lost = sum(
-            s["records"] - _readable_records(storage.join(vdir, s["path"]), manifest)
+            s["records"] - _readable_records(shard_uri(manifest, vdir, s), manifest)
             for s in exc.bad_shards
         )
         _LOG.warning(

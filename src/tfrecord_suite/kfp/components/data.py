@@ -71,6 +71,7 @@ def version_op(
     run_id: str,
     dataset: Output[Dataset],
     card: Output[Markdown],
+    publish_mode: str = "new",
 ) -> NamedTuple("VersionOutputs", [("ref", str), ("digest", str)]):
     """Publish the staged shards as an immutable, checksummed dataset version.
 
@@ -86,6 +87,7 @@ def version_op(
         registry_root=registry_root,
         dataset_name=dataset_name,
         bump=bump,
+        publish_mode=publish_mode,
         run_id=run_id,
         dataset=dataset,
         card=card,
