@@ -274,3 +274,31 @@ def test_concurrent_publish_and_gc_lose_no_published_version(tmp_path):
         else:
             assert os.path.exists(os.path.join(reg.version_dir("rows", v), "removed.json"))
     assert live[-1] == published[-1]
+
+
+def test_a_format_1_version_reads_verifies_appends_and_is_collected(tmp_path):
+    """A version as the registry wrote it before batches: shards copied into the version."""
+    import shutil
+
+    reg = Registry(str(tmp_path / "reg"))
+    staged = _shard(tmp_path, "old", _rows(0, 200))
+    new = reg.publish(staged, "rows").manifest
+    # rewrite 1.0.0 the old way: shards in 1.0.0/data-0ld/, paths relative to the version
+    vdir = reg.version_dir("rows", "1.0.0")
+    os.makedirs(os.path.join(vdir, "data-0ld"))
+    old = {**new, "format": 1, "shards": []}
+    old.pop("storage"), old.pop("records_digest")
+    for s in new["shards"]:
+        shutil.copyfile(os.path.join(staged, s["name"]), os.path.join(vdir, "data-0ld", s["name"]))
+        old["shards"].append({**s, "path": f"data-0ld/{s['name']}"})
+    shutil.rmtree(os.path.join(reg.dataset_dir("rows"), "_data"))
+    storage.write_text(os.path.join(vdir, "manifest.json"), json.dumps(old))
+    reg.verify("rows", "1.0.0")
+    assert "a full copy" in dataset_card(reg.manifest("rows", "1.0.0"))
+    appended = reg.publish(_shard(tmp_path, "more", _rows(200, 260)), "rows", append=True)
+    assert any(s["path"].startswith("1.0.0/data-0ld/") for s in appended.manifest["shards"])
+    reg.verify("rows", appended.version)
+    assert len(_records(reg, "rows", appended.version)) == 260
+    reg.gc("rows", keep_last=1, grace_seconds=0)
+    assert [str(v) for v in reg.versions("rows")] == [appended.version]
+    reg.verify("rows", appended.version)  # 1.0.0 is gone, its shards stay for 1.1.0
