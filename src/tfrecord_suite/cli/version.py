@@ -56,9 +56,7 @@ def version_publish(
     Shards staged on the registry's own storage are linked (locally) or referenced in place
     (a shard step's output under <registry>/<dataset>/_data/), not copied.
     """
-    from tfrecord_suite.io import storage as store_io
-
-    before = store_io.bytes_copied()
+    before = storage.bytes_copied()
     result = _registry(root).publish(staged, dataset, bump, append=append)
     cost = result.manifest.get("storage", {})
     out = {
@@ -71,7 +69,7 @@ def version_publish(
         "digest": result.manifest["content_digest"],
         "added_bytes": cost.get("added_bytes"),
         "shared_bytes": cost.get("shared_bytes"),
-        "copied_bytes": store_io.bytes_copied() - before,
+        "copied_bytes": storage.bytes_copied() - before,
     }
     emit(
         out,

@@ -361,7 +361,7 @@ class Registry:
             on_copied(storage.join(self.dataset_dir(dataset), batch))
         attempts = 0
 
-        def propose(attempt: int) -> store.Proposal[Version] | PublishResult:
+        def propose(attempt: int) -> store.Proposal[Version] | PublishResult | object:
             nonlocal attempts
             attempts = attempt
             earlier = self._already_published(dataset, body, append, attempt)
@@ -375,7 +375,7 @@ class Registry:
                 kind, reasons = self._bump_for(dataset, parent, parent_manifest, body, bump)
                 if parent is not None and kind is None:
                     # a racing publisher put this very content in place after the check above
-                    return store.Proposal(parent, self.manifest_uri(dataset, parent), {})
+                    return store.RETRY
                 content = _fresh_content(body, batch)
             version = parent.bump(kind) if parent else Version(1, 0, 0)
             while storage.exists(storage.join(self.version_dir(dataset, version), REMOVED)):
@@ -666,7 +666,8 @@ class Registry:
                     report.removed_versions.append(str(v))
                     if not dry_run:
                         self._remove_version(dataset, v, manifests[v])
-        # what still needs data: live manifests, and versions removed less than the grace ago
+        # what still needs data: live manifests, and versions removed less than the grace ago;
+        # listed again after the removals, so a version published meanwhile counts too
         needed: set[str] = set()
         for name in storage.list_dirs(self.dataset_dir(dataset)):
             if not Version.is_version(name):

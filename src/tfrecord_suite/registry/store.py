@@ -27,6 +27,8 @@ V = TypeVar("V")
 
 #: ``expected`` left out: the alias move retries on contention instead of checking a baseline.
 ANY = ...
+#: What a proposer returns to be asked again (the state it read changed under it).
+RETRY = object()
 _ALIAS_TRIES = 100
 _HISTORY = 20
 
@@ -62,8 +64,8 @@ def publish_next(
 ) -> Proposal[V] | Any:
     """Claim a version: call ``propose(attempt)`` until its manifest is created.
 
-    ``propose`` returns a :class:`Proposal`, or anything else to stop at once (an identical
-    version already published, say), which is returned as is.
+    ``propose`` returns a :class:`Proposal`, :data:`RETRY` to be asked again, or anything else
+    to stop at once (an identical version already published, say), which is returned as is.
 
     Raises:
         error: Every attempt lost a race.
@@ -71,6 +73,8 @@ def publish_next(
     """
     for attempt in range(1, attempts + 1):
         proposal = propose(attempt)
+        if proposal is RETRY:
+            continue
         if not isinstance(proposal, Proposal):
             return proposal
         text = json.dumps(proposal.manifest, indent=2, sort_keys=True)

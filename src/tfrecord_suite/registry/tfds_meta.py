@@ -18,7 +18,7 @@ import logging
 import os
 from typing import Any
 
-from tfrecord_suite.io import naming
+from tfrecord_suite.io import naming, storage
 
 _LOG = logging.getLogger(__name__)
 #: The version's folder of links TFDS reads through.
@@ -57,8 +57,6 @@ def write(version_dir: str, manifest: dict[str, Any], shard_uris: list[str]) -> 
         version: see the module docstring).
 
     """
-    from tfrecord_suite.io import storage
-
     why_not = unreadable_reason(version_dir, manifest)
     if why_not:
         _LOG.info("no TFDS metadata for %s: %s", version_dir, why_not)
@@ -121,7 +119,7 @@ def unreadable_reason(version_dir: str, manifest: dict[str, Any]) -> str:
             "its shards are GZIP-compressed and TFDS's TFRecord adapter opens files without a "
             "compression type; publish without --gzip to read it with TFDS"
         )
-    if version_dir.startswith("gs://"):
+    if storage.is_gcs(version_dir):
         return (
             "on GCS the shards cannot be linked into the version's folder, where TFDS's name "
             "template looks; read it with the suite's reader"
