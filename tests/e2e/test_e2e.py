@@ -59,31 +59,41 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
     assert lineage["dataset_digest"] == manifest["content_digest"]
 
 
-@pytest.mark.e2e
-def test_cli_run_on_penguins_csv(tmp_path, penguins_csv):
+def _cli_run(*args: str) -> dict:
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfrecord_suite.cli",
-            "run",
-            "--input",
-            penguins_csv,
-            "--workdir",
-            str(tmp_path / "bucket"),
-            "--epochs",
-            "10",
-            "--batch-size",
-            "16",
-            "--learning-rate",
-            "0.01",
-            "--json",
-        ],
+        [sys.executable, "-m", "tfrecord_suite.cli", "run", *args, "--json"],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.e2e
+def test_cli_run_on_penguins_csv_then_append_a_day(tmp_path, penguins_csv):
+    """A daily run: the first part makes 1.0.0, the next day's rows are appended as 1.1.0 by
+    ``run --publish-mode append``, and the model trains on both parts."""
+    lines = open(penguins_csv).read().splitlines(keepends=True)
+    header, rows = lines[0], lines[1:]
+    first, second = tmp_path / "day1" / "penguins.csv", tmp_path / "day2" / "penguins.csv"
+    for path, part in ((first, rows[:200]), (second, rows[200:])):
+        path.parent.mkdir()
+        path.write_text(header + "".join(part))
+    bucket = str(tmp_path / "bucket")
+    common = ("--workdir", bucket, "--batch-size", "16", "--learning-rate", "0.01")
+    r = _cli_run("--input", str(first), "--epochs", "10", *common)
     assert r["dataset_ref"].endswith("penguins@1.0.0")
     assert r["metrics"]["test_accuracy"] > 0.6  # majority class (Adelie) is about 0.44
+
+    r2 = _cli_run("--input", str(second), "--epochs", "2", "--publish-mode", "append", *common)
+    assert r2["dataset_ref"].endswith("penguins@1.1.0")
+    one = json.loads(storage.read_text(os.path.join(r["dataset_uri"], "manifest.json")))
+    both = json.loads(storage.read_text(os.path.join(r2["dataset_uri"], "manifest.json")))
+    assert both["totals"]["records"] == len(rows) > one["totals"]["records"]
+    assert both["append"]["parent"] == "1.0.0"
+    # the parent's shards are referenced, not copied: every one of them is in the new manifest
+    assert {s["path"] for s in one["shards"]} < {s["path"] for s in both["shards"]}
+    assert both["storage"]["shared_bytes"] == sum(s["bytes"] for s in one["shards"])
+    metrics = json.loads(storage.read_text(r2["metrics_file"]))
+    assert metrics["dataset_digest"] == both["content_digest"]

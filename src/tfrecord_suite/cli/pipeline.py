@@ -52,6 +52,14 @@ def _run_human(r: dict[str, Any]) -> str:
     help="Feature transforms of the built-in model (YAML/JSON); inferred when empty.",
 )
 @click.option(
+    "--publish-mode",
+    type=click.Choice(["new", "append"]),
+    default="new",
+    show_default=True,
+    help="new: a version of exactly this input; append: the latest version's shards plus this "
+    "input's, as a MINOR version (a daily run adding its day).",
+)
+@click.option(
     "--runner",
     type=click.Choice(["subprocess", "docker"]),
     default="subprocess",
@@ -73,6 +81,7 @@ def run(
     strategy: str,
     cpu_devices: int,
     feature_config: str,
+    publish_mode: str,
     runner: str,
     as_json: bool,
 ) -> None:
@@ -114,6 +123,7 @@ def run(
             strategy=strategy,
             cpu_devices=cpu_devices,
             feature_config=feature_config,
+            publish_mode=publish_mode,
             runner=runner,
         )
     emit(result, as_json, _run_human)
