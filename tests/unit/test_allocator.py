@@ -1,5 +1,5 @@
-"""Which malloc the process runs with (the reader is ~1.7x faster on large records under
-tcmalloc), read from the process's memory map."""
+"""Which malloc the process runs with (tf.data on large records wants tcmalloc), read from the
+process's memory map."""
 
 import os
 import subprocess

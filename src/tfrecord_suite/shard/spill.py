@@ -1,7 +1,7 @@
 """A disk-backed shuffle for runners on one machine, so the shard step's memory stays flat.
 
 Beam's DirectRunner shuffles in memory: grouping a dataset's records by shard holds all of them
-at once (about 30 times the CSV's size was measured). Here, as TFDS's shuffler does, converted
+at once, in a memory many times the CSV's size. Here, as TFDS's shuffler does, converted
 records are appended to hash-bucket files on local disk as they are converted; then each shard
 reads the buckets that cover its hash range, sorts its records by hash and is written. Memory is
 one shard's records plus bounded write buffers, whatever the input size.

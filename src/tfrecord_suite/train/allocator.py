@@ -1,10 +1,10 @@
 """Which ``malloc`` this process runs with: tf.data on large records wants tcmalloc.
 
 tf.data allocates and frees every record's bytes, and on large records (images, 100 KB and more)
-glibc's ``malloc`` hands memory back to the kernel between batches and faults it in again: about
-25 page faults per 100 KB record here, half the reader's CPU time in the kernel. Under tcmalloc
-the faults disappear and the reader ran about 1.7x faster on 100 KB records (0.6 -> 0.85 of the
-read-only ceiling, ``python -m benchmarks`` on 2 cores; small records gain less). The allocator
+glibc's ``malloc`` hands memory back to the kernel between batches and faults it in again, so
+the reader spends much of its CPU time in the kernel's page-fault handler. tcmalloc keeps freed
+memory for reuse and the faults disappear (``python -m benchmarks`` reports the read side under
+both allocators; small records gain less than large ones). The allocator
 must be chosen when the process starts (``LD_PRELOAD``), so the suite's images set it and
 ``make bench`` uses it when it can fetch it; a trainer under glibc logs how to switch.
 """
@@ -66,6 +66,6 @@ def allocator_advice(allocator: str | None = None) -> str | None:
     found = find_tcmalloc()
     how = f"LD_PRELOAD={found}" if found else "install libtcmalloc-minimal4, then LD_PRELOAD it"
     return (
-        "tf.data runs with glibc malloc here; large records read up to ~1.7x faster under "
+        "tf.data runs with glibc malloc here; large records read faster under "
         f"tcmalloc ({how}; the suite's images set it)"
     )

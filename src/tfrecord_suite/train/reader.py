@@ -12,18 +12,20 @@
 The CPU prepares batch n+1 while the accelerator trains on batch n (prefetch), many files are read
 at once (interleave) and parsing is one vectorized op over many records (batch before parse).
 
-Three choices make it 2-3x faster on small examples than the textbook
+Three choices set it apart from the textbook
 ``interleave(TFRecordDataset) -> shuffle -> batch -> map(parse_example)`` with tf.data's runtime
-autotuning (``python -m benchmarks``, 2 cores):
+autotuning (``python -m benchmarks`` measures both side by side; the figures live in its results):
 
 * Every tf.data element costs about a microsecond of bookkeeping, so small records travel in
   blocks (one element per ``block_length`` records, batched by the parallel interleave workers),
   and the shuffle buffer shuffles blocks.
-* ``parse_example`` costs about 2-3x less per record on thousands of records than on 256, so a
-  window of records is permuted (``stateless_shuffle``, seeded: every batch mixes many blocks and
-  files) and parsed at once, then cut into batches (``rebatch``).
+* ``parse_example`` costs less per record on thousands of records than on a batch of 256 (its
+  fixed cost per call is shared by more records), so a window of records is permuted
+  (``stateless_shuffle``, seeded: every batch mixes many blocks and files) and parsed at once,
+  then cut into batches (``rebatch``).
 * AUTOTUNE knobs are resolved once when the input starts; tf.data's runtime model
-  (``ReaderConfig.retune``) halved throughput in about a third of runs here.
+  (``ReaderConfig.retune``) re-tunes while it runs and on small hosts can settle on a much slower
+  setting.
 
 Both sizes follow the record size (:func:`block_and_window`): records of 64 KiB and more go one by
 one and are parsed per batch, the classic pipeline, since copying, not bookkeeping, bounds them.
@@ -56,8 +58,8 @@ class ReaderConfig:
         seed: Seed for the file order and the record shuffle.
         cycle_length: Files read at once by interleave. 0 (default): every file of this input
             pipeline, at most :data:`MAX_AUTO_CYCLE`; AUTOTUNE (-1): tf.data's choice, which is
-            the number of CPU cores and reads too few files at once on small hosts (4x slower
-            than 8 files on 2 cores, measured by ``python -m benchmarks``).
+            the number of CPU cores and reads too few files at once on small hosts, where one
+            file's reader then stalls the whole input.
         block_length: Consecutive records taken from one file before moving on; they travel
             through the pipeline as one element (per-element overhead, not bytes, bounds the
             reading of small records). 0 (default): about 64 KiB of records, 1 to 64.
@@ -70,8 +72,7 @@ class ReaderConfig:
             bytes of records (by the estimated record size), whatever ``shuffle_buffer`` says.
             10,000 records of 1 MB images would otherwise hold 10 GB per input pipeline, and the
             first batch waits until the buffer is full. Records also leave a smaller buffer while
-            still in the CPU's caches: 64 MiB instead of 1 GB read 100 KB records 1.4x faster
-            (``python -m benchmarks``). 0: no bound.
+            still in the CPU's caches, which matters for large records. 0: no bound.
         cache: ``""`` (off), ``"memory"``, or a file path prefix for an on-disk cache.
         prefetch: Batches prepared ahead (AUTOTUNE).
         drop_remainder: Drop the last partial batch (static batch shapes for TPUs).
@@ -87,8 +88,8 @@ class ReaderConfig:
         retune: Let tf.data's runtime model keep re-tuning the AUTOTUNE knobs while the input
             runs (``tf.data.Options().autotune.enabled``). Off (default): AUTOTUNE knobs are
             resolved once, when the input starts (parallelism: the host's cores; prefetch:
-            grown on demand). On 2 cores the runtime model settled on about half the throughput
-            in a third of runs (measured by ``python -m benchmarks``); resolving once never did.
+            grown on demand). On small hosts the runtime model's re-tuning can settle on a much
+            slower setting from one run to the next; resolving once is steady.
 
     """
 
@@ -401,7 +402,8 @@ def make_dataset(
             ds = tf.data.Dataset.zip(ds, seeds.batch(2))
 
         def parse_window(records: Any, seed: Any = None) -> Any:
-            # one map for permuting and parsing: a parallel stage fewer measured ~7% faster
+            # one map for permuting and parsing: each parallel stage costs a thread pool and a
+            # buffer hand-off per element
             if seed is not None:
                 records = tf.random.experimental.stateless_shuffle(records, seed)
             # decoded images would make windows huge: they are decoded per batch below; tabular
