@@ -140,7 +140,7 @@ def test_reports_keep_earlier_runs_under_their_dates_and_fill_the_readme(tmp_pat
     bench.update_readme(str(readme), later)
     assert bench.readme_table(str(readme)) == (tmp_path / "results.md").read_text()
     assert readme.read_text().endswith(f"{bench.README_END}\n\nrest\n")
-    with pytest.raises(ValueError, match="no .* block"):
+    with pytest.raises(ValueError, match=r"no .* block"):
         bench.readme_table(str(tmp_path / "results.md"))
 
 

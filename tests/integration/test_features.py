@@ -300,6 +300,6 @@ def test_readme_configs_fit_the_demo_data(published_penguins, published_digits):
     blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
     assert len(blocks) == 2
     for block, pub in zip(blocks, [published_penguins, published_digits], strict=True):
-        reg, name, version = Registry(".").resolve_ref(pub["ref"])
+        reg, name, version = Registry.resolve_ref(pub["ref"])
         schema = Schema.from_dict(reg.manifest(name, version)["schema"])
         F.check_against_schema(F.load_feature_config(block), schema)

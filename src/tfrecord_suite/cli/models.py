@@ -38,24 +38,7 @@ def _resolve_model(reg: Any, name: str, selector: str) -> Any:
 @friendly_errors
 def models_list(root: str, name: str, as_json: bool) -> None:
     """List a model's versions and aliases."""
-    reg = _model_registry(root)
-    out = []
-    aliases: dict[int, list[str]] = {}
-    for info in storage.list_files(storage.join(reg.model_dir(name), "aliases")):
-        alias = storage.basename(info.uri).removesuffix(".json")
-        aliases.setdefault(reg.alias(name, alias), []).append(alias)
-    for v in reg.versions(name):
-        m = reg.get(name, v).manifest
-        evaluation = m["lineage"].get("evaluation", {})
-        out.append(
-            {
-                "version": v,
-                "created": m["created"],
-                "dataset": m["lineage"].get("dataset"),
-                "gate": evaluation.get("decision"),
-                "aliases": sorted(aliases.get(v, [])),
-            }
-        )
+    out = _model_registry(root).listing(name)
     emit(
         out,
         as_json,

@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from tfrecord_suite.cli.common import emit, friendly_errors, json_option, stdout_for
-from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
+from tfrecord_suite.shard.step import ShardConfig
+from tfrecord_suite.train.trainer import TrainConfig
 
 
 def _run_human(r: dict[str, Any]) -> str:
@@ -28,20 +29,20 @@ def _run_human(r: dict[str, Any]) -> str:
 @click.option(
     "--format",
     "input_format",
-    default="auto",
+    default=ShardConfig.format,
     show_default=True,
     help="auto, csv, tsv, jsonl, parquet, images or text.",
 )
 @click.option("--workdir", required=True, help="Local folder standing in for the bucket.")
 @click.option("--dataset-name", default=None, help="Registry name (default: from the input).")
 @click.option("--label", default="", help="Label column (tabular).")
-@click.option("--epochs", default=5, show_default=True, type=int)
-@click.option("--batch-size", default=64, show_default=True, type=int)
-@click.option("--learning-rate", default=0.001, show_default=True, type=float)
-@click.option("--strategy", default="auto", show_default=True)
+@click.option("--epochs", default=TrainConfig.epochs, show_default=True, type=int)
+@click.option("--batch-size", default=TrainConfig.batch_size, show_default=True, type=int)
+@click.option("--learning-rate", default=TrainConfig.learning_rate, show_default=True, type=float)
+@click.option("--strategy", default=TrainConfig.strategy, show_default=True)
 @click.option(
     "--cpu-devices",
-    default=1,
+    default=TrainConfig.cpu_devices,
     show_default=True,
     type=int,
     help="Logical CPU devices (MirroredStrategy without GPUs).",
@@ -103,12 +104,7 @@ def run(
         load_feature_config(feature_config)
         if os.path.isfile(feature_config):
             feature_config = os.path.abspath(feature_config)
-    if input_format == "auto":
-        sources.detect_format(input_uri, files)
-    elif input_format not in sources.FORMATS:
-        raise UserError(
-            f"--format {input_format!r}: use auto or one of {', '.join(sources.FORMATS)}"
-        )
+    sources.resolve_format(input_format, input_uri, files)
     name = check_name(dataset_name or _default_name(input_uri))
     with stdout_for(as_json):
         result = run_local(

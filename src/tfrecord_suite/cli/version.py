@@ -27,7 +27,7 @@ def _registry(root: str) -> Any:
 def _parse_ref(ref: str) -> tuple[Any, str, Any]:
     from tfrecord_suite.registry.datasets import Registry
 
-    return Registry(".").resolve_ref(ref)
+    return Registry.resolve_ref(ref)
 
 
 @version.command("publish")

@@ -9,6 +9,9 @@ from kfp import dsl
 from tfrecord_suite.kfp.components import build_components
 from tfrecord_suite.kfp.placement import Deployment, apply_placement
 from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.shard.step import ShardConfig
+from tfrecord_suite.train.evaluate import GateConfig
+from tfrecord_suite.train.trainer import TrainConfig
 
 PIPELINE_NAME = "tfrecord-suite"
 
@@ -36,32 +39,32 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         input_uri: str,
         registry_root: str,
         dataset_name: str,
-        input_format: str = "auto",
+        input_format: str = ShardConfig.format,
         label: str = "",
         key_column: str = "",
-        splits: str = "train=80,validation=10,test=10",
+        splits: str = ShardConfig.splits,
         num_shards: int = 0,
-        target_shard_mb: float = 128.0,
-        readers: int = 1,
+        target_shard_mb: float = ShardConfig.target_shard_mb,
+        readers: int = ShardConfig.readers,
         workers: int = 1,
-        gzip: bool = False,
-        max_bad_fraction: float = 0.01,
+        gzip: bool = ShardConfig.gzip,
+        max_bad_fraction: float = ShardConfig.max_bad_fraction,
         beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
         bump: str = "auto",
         publish_mode: str = "new",
-        strategy: str = "auto",
-        cpu_devices: int = 1,
-        epochs: int = 5,
-        batch_size: int = 64,
-        learning_rate: float = 0.001,
+        strategy: str = TrainConfig.strategy,
+        cpu_devices: int = TrainConfig.cpu_devices,
+        epochs: int = TrainConfig.epochs,
+        batch_size: int = TrainConfig.batch_size,
+        learning_rate: float = TrainConfig.learning_rate,
         model_fn: str = "",
-        feature_config: str = "",
+        feature_config: str = TrainConfig.feature_config,
         keep_failed_tfjob: bool = False,
         launcher: str = placement.launcher,
         model_registry: str = "",
         model_name: str = "",
-        promote_alias: str = "stable",
-        promote_tolerance: float = 0.0,
+        promote_alias: str = GateConfig.baseline_alias,
+        promote_tolerance: float = GateConfig.tolerance,
     ) -> str:
         """Shard, version, train and report.
 

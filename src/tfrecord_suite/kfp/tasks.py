@@ -267,7 +267,8 @@ def train_task(
     the run under the dataset registry (the nodes cannot reach this pod's disk), and the export,
     metrics and report are then copied into ``model.path``.
     """
-    from tfrecord_suite.train.trainer import TrainConfig, TrainError, resolve_dataset
+    from tfrecord_suite.registry.datasets import resolve_dataset
+    from tfrecord_suite.train.trainer import TrainConfig, TrainError
 
     _setup_logging()
     with _final_on_bad_input("train", TrainError):

@@ -246,11 +246,15 @@ class Registry:
             raise RegistryError(f"{dataset} has no alias {selector!r} in {self.root}")
         return target
 
-    def resolve_ref(self, ref: str | DatasetRef) -> tuple[Registry, str, Version]:
-        """Resolve ``<root>/<dataset>@<selector>`` to ``(registry, dataset, version)``."""
+    @classmethod
+    def resolve_ref(cls, ref: str | DatasetRef) -> tuple[Registry, str, Version]:
+        """Resolve ``<root>/<dataset>@<selector>`` to ``(registry, dataset, version)``.
+
+        The reference names its registry, so no registry is needed to call this.
+        """
         if isinstance(ref, str):
             ref = DatasetRef.parse(ref)
-        reg = Registry(ref.root) if storage.normalize(ref.root) != self.root else self
+        reg = cls(ref.root)
         return reg, ref.dataset, reg.resolve(ref.dataset, ref.selector)
 
     # -------------------------------------------------------------------------------- alias
@@ -1035,3 +1039,12 @@ def iter_versions(reg: Registry, dataset: str) -> Iterator[dict[str, Any]]:
     """Manifests of every version, newest first."""
     for v in reversed(reg.versions(dataset)):
         yield reg.manifest(dataset, v)
+
+
+def resolve_dataset(ref: str) -> tuple[dict[str, Any], str]:
+    """``(manifest, version folder)`` for a dataset reference or a version folder."""
+    direct = storage.join(storage.normalize(ref), "manifest.json")
+    if "@" not in ref and storage.exists(direct):
+        return load_manifest(storage.read_text(direct), direct), storage.normalize(ref)
+    reg, dataset, version = Registry.resolve_ref(ref)
+    return reg.manifest(dataset, version), reg.version_dir(dataset, version)

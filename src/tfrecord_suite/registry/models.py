@@ -111,6 +111,36 @@ class ModelRegistry:
         data, _ = storage.read_with_token(self.alias_uri(name, alias))
         return None if data is None else int(json.loads(data)["version"])
 
+    def aliases(self, name: str) -> dict[str, int]:
+        """Every alias of a model and the version it points to."""
+        out = {}
+        for info in storage.list_files(storage.join(self.model_dir(name), "aliases")):
+            alias = storage.basename(info.uri).removesuffix(".json")
+            version = self.alias(name, alias)
+            if version is not None:
+                out[alias] = version
+        return out
+
+    def listing(self, name: str) -> list[dict[str, Any]]:
+        """A line per version: number, creation time, dataset, gate decision and aliases."""
+        by_version: dict[int, list[str]] = {}
+        for alias, version in self.aliases(name).items():
+            by_version.setdefault(version, []).append(alias)
+        out = []
+        for v in self.versions(name):
+            manifest = self.get(name, v).manifest
+            lineage = manifest["lineage"]
+            out.append(
+                {
+                    "version": v,
+                    "created": manifest["created"],
+                    "dataset": lineage.get("dataset"),
+                    "gate": lineage.get("evaluation", {}).get("decision"),
+                    "aliases": sorted(by_version.get(v, [])),
+                }
+            )
+        return out
+
     def resolve(self, name: str, selector: str = "stable") -> RegisteredModel | None:
         """A version by number or alias (``latest`` is the newest); None when there is none."""
         if selector.isdigit():

@@ -180,6 +180,18 @@ def detect_format(input_uri: str, files: Sequence[storage.FileInfo]) -> str:
     )
 
 
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is ``auto`` or a known format; a one-line error naming the choices if not."""
+    if fmt != "auto" and fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r}: use auto or one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def resolve_format(fmt: str, input_uri: str, files: Sequence[storage.FileInfo]) -> str:
+    """The format to read ``files`` with: ``fmt`` checked, or detected when it is ``auto``."""
+    return detect_format(input_uri, files) if check_format(fmt) == "auto" else fmt
+
+
 def image_classes(input_uri: str, files: Sequence[storage.FileInfo]) -> list[str]:
     """Class names of an image folder: the names of the folders directly holding the images.
 

@@ -162,10 +162,7 @@ class ShardConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first absurd parameter."""
-        if self.format != "auto" and self.format not in sources.FORMATS:
-            raise UserError(
-                f"--format {self.format!r}: use auto or one of {', '.join(sources.FORMATS)}"
-            )
+        sources.check_format(self.format)
         if not 0 <= self.max_bad_fraction <= 1:
             raise UserError(f"--max-bad-fraction {self.max_bad_fraction} must be within 0..1")
         if self.image_encoding not in ("encoded", "raw"):
@@ -300,8 +297,21 @@ def _read_options(config: ShardConfig, fmt: str) -> sources.ReadOptions:
     return sources.ReadOptions(format=fmt, encoding=config.encoding, text_mode=config.text_mode)
 
 
+@dataclasses.dataclass
+class _ShardJob:
+    """What the shard step resolved before running Beam: input files, format, schema, folders."""
+
+    files: list[storage.FileInfo]
+    fmt: str
+    output: str
+    schema: Schema
+    splits: convert.SplitSpec
+    temp_dir: str
+    spill: Any = None
+
+
 def run_shard(config: ShardConfig) -> dict[str, Any]:
-    """Run the shard step end to end.
+    """Run the shard step end to end: plan -> run the Beam pipeline -> finalize.
 
     Returns:
         The summary (also written to ``<output>/summary.json``).
@@ -313,16 +323,26 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
         ValueError: A parameter is absurd.
 
     """
-    import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from tfrecord_suite.shard.spill import bucket_count
-    from tfrecord_suite.shard.transforms import ListInputs, ShardToTFRecords, Spill
-
     config.validate()
     started = time.monotonic()
+    job = _plan_job(config)
+    try:
+        metrics = _run_pipeline(config, job)
+    finally:
+        if job.spill is not None:
+            shutil.rmtree(job.spill.dir, ignore_errors=True)
+    summary = _finalize(config, job, metrics, started)
+    _check_bad_rows(config, summary)
+    return summary
+
+
+def _plan_job(config: ShardConfig) -> _ShardJob:
+    """Resolve the input, format and schema; prepare the output and the temporary folders."""
+    from tfrecord_suite.shard.spill import bucket_count
+    from tfrecord_suite.shard.transforms import Spill
+
     files = sources.resolve_inputs(config.input)
-    fmt = sources.detect_format(config.input, files) if config.format == "auto" else config.format
+    fmt = sources.resolve_format(config.format, config.input, files)
     output = storage.normalize(config.output)
     _prepare_output(output, config.overwrite)
     schema = resolve_schema(config, fmt, files)
@@ -332,81 +352,93 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     temp_dir = storage.join(output, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}")
     storage.makedirs(temp_dir)
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
-
-    spill = None
+    job = _ShardJob(list(files), fmt, output, schema, splits, temp_dir)
     if config.uses_disk_shuffle():
         # serialized examples run ~2-3x their CSV size, and the plan wants ~10 files per reader
         # even for small splits: shards a bucket spans are read once per shard
         estimated_shards = max(
             32, 3 * sum(f.size for f in files) // int(config.target_shard_mb * plan.MIB)
         )
-        spill = Spill(tempfile.mkdtemp(prefix="tfrs-shuffle-"), bucket_count(estimated_shards))
-    options = PipelineOptions(list(config.beam_args))
-    pipeline = beam.Pipeline(options=options)
+        job.spill = Spill(tempfile.mkdtemp(prefix="tfrs-shuffle-"), bucket_count(estimated_shards))
+    return job
+
+
+def _run_pipeline(config: ShardConfig, job: _ShardJob) -> dict[str, Any]:
+    """Build and run the Beam pipeline; its counters."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from tfrecord_suite.shard.transforms import ListInputs, ShardToTFRecords
+
+    pipeline = beam.Pipeline(options=PipelineOptions(list(config.beam_args)))
     _ = (
         pipeline
         | "Input" >> beam.Create([config.input])
         | "ListInputs" >> ListInputs()
         | "ShardToTFRecords"
         >> ShardToTFRecords(
-            schema=schema,
-            read=_read_options(config, fmt),
-            splits=splits,
+            schema=job.schema,
+            read=_read_options(config, job.fmt),
+            splits=job.splits,
             key_column=config.key_column,
             image=_image_options(config),
             plan_config=config.plan_config(),
-            temp_dir=temp_dir,
+            temp_dir=job.temp_dir,
             gzip=config.gzip,
-            spill=spill,
+            spill=job.spill,
         )
     )
-    try:
-        result = pipeline.run()
-        result.wait_until_finish()
-    finally:
-        if spill is not None:
-            shutil.rmtree(spill.dir, ignore_errors=True)
+    result = pipeline.run()
+    result.wait_until_finish()
     metrics = _beam_counters(result)
     listed = metrics.get("input_files_listed")
-    if listed is not None and listed != len(files):
+    if listed is not None and listed != len(job.files):
         raise ShardError(
-            f"input {config.input} changed while it was sharded: {len(files)} files were "
+            f"input {config.input} changed while it was sharded: {len(job.files)} files were "
             f"fingerprinted, the pipeline listed {listed}; rerun the step"
         )
+    return metrics
+
+
+def _finalize(
+    config: ShardConfig, job: _ShardJob, metrics: dict[str, Any], started: float
+) -> dict[str, Any]:
+    """Move shards and dead letters into place; write the schema and the summary."""
 
     def load(name: str) -> Any:
-        return json.loads(storage.read_text(storage.join(temp_dir, name)))
+        return json.loads(storage.read_text(storage.join(job.temp_dir, name)))
 
     shard_plan = load("_plan.json")
     written = {(s["split"], s["index"]): s for s in load("_shards.json")}
     stats = {k: convert.finalize_stats(v) for k, v in load("_stats.json").items()}
     dead = load("_dead_letter.json")
-    bad_rows, first_bad = dead["count"], dead["first"]
+    bad_rows = dead["count"]
+    output = job.output
+    shards = _move_shards_into_place(job.temp_dir, output, shard_plan, written, config.gzip)
+    dead_letter_files = _move_dead_letters_into_place(job.temp_dir, output, bad_rows)
+    storage.delete_tree(job.temp_dir)
 
-    shards = _move_shards_into_place(temp_dir, output, shard_plan, written, config.gzip)
-    dead_letter_files = _move_dead_letters_into_place(temp_dir, output, bad_rows)
-    storage.delete_tree(temp_dir)
-
-    schema = _finalize_schema(schema, stats)
-    rows_total = sum(s["count"] for s in stats.values()) + bad_rows
+    schema = _finalize_schema(job.schema, stats)
+    records = sum(s["count"] for s in stats.values())
     summary = {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "input": config.input,
-        "format": fmt,
+        "format": job.fmt,
         "output": output,
-        "splits": str(splits),
+        "splits": str(job.splits),
         "key_column": config.key_column,
         "gzip": config.gzip,
         "schema": schema.to_dict(),
         "plan": {"config": dataclasses.asdict(config.plan_config()), "splits": shard_plan},
         "shards": shards,
         "statistics": stats,
-        "records": sum(s["count"] for s in stats.values()),
+        "records": records,
         "bad_rows": bad_rows,
-        "rows_read": rows_total,
+        "first_bad_row": dead["first"],
+        "rows_read": records + bad_rows,
         "dead_letter": storage.join(output, naming.DEAD_LETTER_GLOB) if bad_rows else None,
         "dead_letter_files": dead_letter_files,
-        "input_fingerprint": input_fingerprint(files),
+        "input_fingerprint": input_fingerprint(job.files),
         "beam_metrics": metrics,
         "seconds": round(time.monotonic() - started, 3),
     }
@@ -415,18 +447,23 @@ def run_shard(config: ShardConfig) -> dict[str, Any]:
     storage.write_text(
         storage.join(output, SUMMARY_FILE), json.dumps(summary, indent=2, sort_keys=True)
     )
+    return summary
 
+
+def _check_bad_rows(config: ShardConfig, summary: dict[str, Any]) -> None:
+    """Fail when the input held no rows or more bad rows than ``max_bad_fraction`` allows."""
+    rows_total, bad_rows = summary["rows_read"], summary["bad_rows"]
     if rows_total == 0:
         raise ShardError(f"input {config.input!r} holds no rows; nothing to shard")
     bad_fraction = bad_rows / rows_total
     if bad_fraction > config.max_bad_fraction:
+        first = summary["first_bad_row"]
         raise ShardError(
             f"{bad_rows} of {rows_total} rows ({bad_fraction:.1%}) were bad, above "
-            f"--max-bad-fraction {config.max_bad_fraction:g}; first: {first_bad['file']} row "
-            f"{first_bad['row']}: {first_bad['reason']}. Good records were written; see "
+            f"--max-bad-fraction {config.max_bad_fraction:g}; first: {first['file']} row "
+            f"{first['row']}: {first['reason']}. Good records were written; see "
             f"{summary['dead_letter']}"
         )
-    return summary
 
 
 def _move_dead_letters_into_place(temp_dir: str, output: str, bad_rows: int) -> list[str]:

@@ -49,6 +49,48 @@ class GateConfig:
             raise UserError(f"--tolerance {self.tolerance}: must be >= 0")
 
 
+def serving_evaluation(
+    export_dir: str,
+    files: list[str],
+    schema: Schema,
+    compression: str,
+    skip_bad_records: bool = False,
+) -> dict:
+    """Accuracy and confusion matrix of the exported model on raw serialized examples."""
+    import numpy as np
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(export_dir)
+    serve = loaded.signatures["serving_default"]
+    label_spec = {
+        schema.label: tf.io.FixedLenFeature(
+            [], tf.string if schema.feature(schema.label).dtype == "string" else tf.int64
+        )
+    }
+    n = len(schema.label_classes)
+    index = {c: i for i, c in enumerate(schema.label_classes)}
+    matrix = np.zeros((n, n), dtype=np.int64)
+    records = tf.data.TFRecordDataset(files, compression_type=compression)
+    if skip_bad_records:
+        records = records.ignore_errors()
+    for batch in records.batch(512):
+        pred = serve(examples=batch)["class_id"].numpy()
+        labels = tf.io.parse_example(batch, label_spec)[schema.label].numpy()
+        for y, p in zip(labels, pred, strict=True):
+            if schema.label_encoding == "index":
+                t = int(y)
+            else:
+                t = index[y.decode() if isinstance(y, bytes) else str(int(y))]
+            matrix[t, int(p)] += 1
+    total = int(matrix.sum())
+    return {
+        "examples": total,
+        "accuracy": float(np.trace(matrix) / max(total, 1)),
+        "classes": list(schema.label_classes),
+        "confusion_matrix": matrix.tolist(),
+    }
+
+
 def score(export_dir: str, files: list[str], schema: Schema, compression: str) -> dict[str, Any]:
     """The model's metric on the raw examples in ``files``.
 
@@ -56,8 +98,6 @@ def score(export_dir: str, files: list[str], schema: Schema, compression: str) -
     squared error (lower is better).
     """
     if schema.label_classes:
-        from tfrecord_suite.train.trainer import serving_evaluation
-
         out = serving_evaluation(export_dir, files, schema, compression)
         return {**out, "metric": "accuracy", "value": out["accuracy"], "higher_is_better": True}
     import numpy as np
@@ -105,9 +145,8 @@ def run_gate(config: GateConfig) -> dict[str, Any]:
 
     """
     config.validate()
-    from tfrecord_suite.registry.datasets import shard_uris
+    from tfrecord_suite.registry.datasets import resolve_dataset, shard_uris
     from tfrecord_suite.registry.models import ModelRegistry
-    from tfrecord_suite.train.trainer import resolve_dataset
 
     manifest, vdir = resolve_dataset(config.dataset)
     if not manifest["splits"].get(config.split, {}).get("records"):

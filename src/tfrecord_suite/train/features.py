@@ -313,6 +313,23 @@ def fit(
     return fitted
 
 
+def vocabularies(
+    files: list[str], schema: Schema, compression: str = "", top_k: int = 1000
+) -> dict[str, list[str]]:
+    """The ``top_k`` most frequent values of each categorical string feature in ``files``.
+
+    For a user's ``--model-fn``, which gets them in its context; one pass over the files.
+    """
+    names = [
+        f.name for f in schema.input_features if f.kind == "categorical" and f.dtype == "string"
+    ]
+    counts, _ = _one_pass(schema, files, compression, names, [])
+    return {
+        n: [str(v) for v, _ in sorted(c.items(), key=lambda kv: (-kv[1], str(kv[0])))[:top_k]]
+        for n, c in counts.items()
+    }
+
+
 def _one_pass(
     schema: Schema,
     files: list[str],

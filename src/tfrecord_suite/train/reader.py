@@ -278,6 +278,26 @@ class FeatureDecoder:
         return self.finish(self.parse(serialized))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """How one input pipeline is cut, resolved once from the config and the record size.
+
+    Attributes:
+        block: Records per element after reading (1: record by record).
+        window: Records parsed by one ``parse_example`` call.
+        shuffle_records: Records in the shuffle buffer (0: no shuffle).
+        cycle: Files read at once.
+        shard_records: ``(pipelines, index)`` when blocks, not files, are sharded (DATA policy).
+
+    """
+
+    block: int
+    window: int
+    shuffle_records: int
+    cycle: int
+    shard_records: tuple[int, int] | None
+
+
 def make_dataset(
     files: Sequence[str],
     schema: Schema,
@@ -290,7 +310,10 @@ def make_dataset(
     transform: Any = None,
     augment: Any = None,
 ) -> Any:
-    """The input pipeline over ``files``.
+    """The input pipeline over ``files``, in four stages (as tf-models' input reader reads).
+
+    files (order, sharding) -> read (interleaved blocks, repeat, shuffle) -> parse (windows or
+    batches) -> finish (transform, cache, augment, prefetch).
 
     Args:
         files: Shard URIs (local or ``gs://``).
@@ -309,20 +332,26 @@ def make_dataset(
         A ``tf.data.Dataset`` of ``(features, label)`` batches (``features`` alone without label).
 
     """
-    import tensorflow as tf
-
     files = list(files)
     if not files:
         raise UserError("no files to read")
-    ds = tf.data.Dataset.from_tensor_slices(files)
-    if training and config.shuffle_files:
-        ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
+    layout = _layout(files, config, input_context, compression, training)
+    decoder = FeatureDecoder(schema, statistics, config)
+    ds = _file_stage(files, config, input_context, training, layout)
+    ds = _read_stage(ds, config, compression, layout)
+    ds = _parse_stage(ds, config, decoder, layout)
+    ds = _finish_stage(ds, config, schema, training, transform, augment)
+    return ds.with_options(dataset_options(config))
+
+
+def _layout(
+    files: list[str], config: ReaderConfig, input_context: Any, compression: str, training: bool
+) -> _Layout:
     shard_records = None
+    by_file = True
     if input_context is not None and input_context.num_input_pipelines > 1:
         n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
-        if len(files) >= n:
-            ds = ds.shard(n, i)  # FILE policy: each worker reads its own files
-        else:
+        if len(files) < n:
             _LOG.warning(
                 "only %d files for %d input pipelines: sharding by blocks of records (DATA "
                 "policy), so every worker reads every file; write at least %d shards to avoid it",
@@ -330,8 +359,7 @@ def make_dataset(
                 n,
                 n,
             )
-            shard_records = (n, i)
-
+            shard_records, by_file = (n, i), False
     shuffle = training and config.shuffle_buffer > 0 and not config.cache
     sized_by_records = not (config.block_length and config.parse_window) or (
         shuffle and config.shuffle_buffer_bytes
@@ -350,6 +378,34 @@ def make_dataset(
         )
     if config.skip_bad_records:
         window = config.batch_size  # a record that fails to parse costs one batch
+    cycle = config.cycle_length
+    if cycle == 0:
+        sharded_by_file = input_context is not None and by_file
+        pipelines = input_context.num_input_pipelines if sharded_by_file else 1
+        cycle = min(max(1, -(-len(files) // pipelines)), MAX_AUTO_CYCLE)
+    return _Layout(block, window, shuffle_records, cycle, shard_records)
+
+
+def _file_stage(
+    files: list[str], config: ReaderConfig, input_context: Any, training: bool, layout: _Layout
+) -> Any:
+    """File names in a seeded order each epoch; this pipeline's files under FILE sharding."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if training and config.shuffle_files:
+        ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
+    sharded = input_context is not None and input_context.num_input_pipelines > 1
+    if sharded and layout.shard_records is None:  # FILE policy: each worker reads its own files
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return ds
+
+
+def _read_stage(ds: Any, config: ReaderConfig, compression: str, layout: _Layout) -> Any:
+    """Interleaved blocks of records, sharded by block under DATA policy, repeated, shuffled."""
+    import tensorflow as tf
+
+    block = layout.block
 
     def read_blocks(path: Any) -> Any:
         records = tf.data.TFRecordDataset(
@@ -359,66 +415,80 @@ def make_dataset(
             records = records.ignore_errors()
         return records.batch(block) if block > 1 else records
 
-    cycle = config.cycle_length
-    if cycle == 0:
-        sharded_by_file = input_context is not None and shard_records is None
-        pipelines = input_context.num_input_pipelines if sharded_by_file else 1
-        cycle = min(max(1, -(-len(files) // pipelines)), MAX_AUTO_CYCLE)
     ds = ds.interleave(
         read_blocks,
-        cycle_length=_autotune(cycle),
+        cycle_length=_autotune(layout.cycle),
         block_length=1,  # in blocks: each element already holds block_length records
         num_parallel_calls=_autotune(config.num_parallel_reads),
         # sharding blocks by position is only exactly-once if every worker sees the same order
-        deterministic=config.deterministic or shard_records is not None,
+        deterministic=config.deterministic or layout.shard_records is not None,
     )
-    if shard_records is not None:
-        ds = ds.shard(*shard_records)
+    if layout.shard_records is not None:
+        ds = ds.shard(*layout.shard_records)
     if config.repeat and not config.cache:
         # repeating before batching means no partial batch ever reaches the model, so the step
         # function is traced once and batch shapes stay static
         ds = ds.repeat()
-    parallel = {
+    if layout.shuffle_records:
+        ds = ds.shuffle(-(-layout.shuffle_records // block), seed=config.seed)
+    return ds
+
+
+def _parallel(config: ReaderConfig) -> dict[str, Any]:
+    return {
         "num_parallel_calls": _autotune(config.num_parallel_calls),
         "deterministic": config.deterministic,
     }
-    decoder = FeatureDecoder(schema, statistics, config)
-    if shuffle:
-        ds = ds.shuffle(-(-shuffle_records // block), seed=config.seed)
+
+
+def _parse_stage(ds: Any, config: ReaderConfig, decoder: FeatureDecoder, layout: _Layout) -> Any:
+    """Batches of parsed features: windows parsed at once and cut into batches, or per batch."""
+    import tensorflow as tf
+
+    parallel = _parallel(config)
 
     def group(ds: Any, size: int, drop_remainder: bool = False) -> Any:
-        if block > 1:
+        if layout.block > 1:
             return ds.rebatch(size, drop_remainder=drop_remainder)
         return ds.batch(size, drop_remainder=drop_remainder)
 
-    if window == config.batch_size:
-        ds = group(ds, config.batch_size, config.drop_remainder).map(decoder, **parallel)
-    else:
-        ds = group(ds, window)
-        if shuffle and block > 1:
-            # blocks left the shuffle buffer in random order; permuting each window spreads
-            # every block's consecutive records over the window's batches
-            seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True)
-            ds = tf.data.Dataset.zip(ds, seeds.batch(2))
+    if layout.window == config.batch_size:
+        return group(ds, config.batch_size, config.drop_remainder).map(decoder, **parallel)
+    ds = group(ds, layout.window)
+    if layout.shuffle_records and layout.block > 1:
+        # blocks left the shuffle buffer in random order; permuting each window spreads every
+        # block's consecutive records over the window's batches
+        seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True)
+        ds = tf.data.Dataset.zip(ds, seeds.batch(2))
 
-        def parse_window(records: Any, seed: Any = None) -> Any:
-            # one map for permuting and parsing: each parallel stage costs a thread pool and a
-            # buffer hand-off per element
-            if seed is not None:
-                records = tf.random.experimental.stateless_shuffle(records, seed)
-            # decoded images would make windows huge: they are decoded per batch below; tabular
-            # labels and shapes are finished per window, one map per window instead of per batch
-            return decoder.parse(records) if decoder.is_image else decoder(records)
+    def parse_window(records: Any, seed: Any = None) -> Any:
+        # one map for permuting and parsing: each parallel stage costs a thread pool and a
+        # buffer hand-off per element
+        if seed is not None:
+            records = tf.random.experimental.stateless_shuffle(records, seed)
+        # decoded images would make windows huge: they are decoded per batch below; tabular
+        # labels and shapes are finished per window, one map per window instead of per batch
+        return decoder.parse(records) if decoder.is_image else decoder(records)
 
-        ds = ds.map(parse_window, **parallel)
-        ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
-        if decoder.is_image:
-            ds = ds.map(decoder.finish, **parallel)
+    ds = ds.map(parse_window, **parallel)
+    ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
+    if decoder.is_image:
+        ds = ds.map(decoder.finish, **parallel)
+    return ds
+
+
+def _finish_stage(
+    ds: Any,
+    config: ReaderConfig,
+    schema: Schema,
+    training: bool,
+    transform: Any,
+    augment: Any,
+) -> Any:
+    """The feature transform, the cache (and its repeat), augmentation, prefetch."""
+    parallel = _parallel(config)
     if transform is not None:
-        ds = ds.map(
-            (lambda x, y: (transform(x), y)) if schema.label else transform,
-            **parallel,
-        )
+        ds = ds.map((lambda x, y: (transform(x), y)) if schema.label else transform, **parallel)
     if config.skip_bad_records:
         ds = ds.ignore_errors()
     if config.cache:
@@ -430,8 +500,7 @@ def make_dataset(
         ds = ds.repeat()
     if augment is not None and training:
         ds = ds.map((lambda x, y: (augment(x), y)) if schema.label else augment, **parallel)
-    ds = ds.prefetch(_autotune(config.prefetch))
-    return ds.with_options(dataset_options(config))
+    return ds.prefetch(_autotune(config.prefetch))
 
 
 def dataset_options(config: ReaderConfig) -> Any:
@@ -457,7 +526,7 @@ def dataset_for_split(ref: str, split: str, config: ReaderConfig, **kwargs: Any)
     """
     from tfrecord_suite.registry.datasets import Registry, shard_uris
 
-    reg, dataset, version = Registry(".").resolve_ref(ref)
+    reg, dataset, version = Registry.resolve_ref(ref)
     manifest = reg.manifest(dataset, version)
     files = shard_uris(manifest, reg.version_dir(dataset, version), split)
     return make_dataset(

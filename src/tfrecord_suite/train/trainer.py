@@ -19,11 +19,11 @@ from typing import Any
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
-from tfrecord_suite.registry.datasets import Registry, load_manifest, shard_uri, shard_uris
-from tfrecord_suite.registry.refs import DatasetRef
+from tfrecord_suite.registry.datasets import resolve_dataset, shard_uri, shard_uris
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
+from tfrecord_suite.train.evaluate import serving_evaluation
 from tfrecord_suite.train.reader import AUTOTUNE, FeatureDecoder, ReaderConfig, make_dataset
 
 _LOG = logging.getLogger(__name__)
@@ -148,38 +148,6 @@ class TrainConfig:
         )
 
 
-def resolve_dataset(ref: str) -> tuple[dict[str, Any], str]:
-    """``(manifest, version folder)`` for a dataset reference or a version folder."""
-    direct = storage.join(storage.normalize(ref), "manifest.json")
-    if "@" not in ref and storage.exists(direct):
-        return load_manifest(storage.read_text(direct), direct), storage.normalize(ref)
-    reg, dataset, version = Registry(".").resolve_ref(DatasetRef.parse(ref))
-    return reg.manifest(dataset, version), reg.version_dir(dataset, version)
-
-
-def _vocabularies(files: list[str], schema: Schema, compression: str, top_k: int = 1000) -> dict:
-    """Values of each categorical string feature in the training split (one pass)."""
-    import collections
-
-    import tensorflow as tf
-
-    names = [
-        f.name for f in schema.input_features if f.kind == "categorical" and f.dtype == "string"
-    ]
-    if not names:
-        return {}
-    spec = {n: tf.io.FixedLenFeature([], tf.string, default_value="") for n in names}
-    counts = {n: collections.Counter() for n in names}
-    ds = tf.data.TFRecordDataset(files, compression_type=compression).batch(4096)
-    for batch in ds.map(lambda b: tf.io.parse_example(b, spec)):
-        for n in names:
-            counts[n].update(v.decode() for v in batch[n].numpy() if v)
-    return {
-        n: [v for v, _ in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]]
-        for n, c in counts.items()
-    }
-
-
 class _EpochTimer:
     """Keras callback recording wall time per epoch."""
 
@@ -201,8 +169,52 @@ class _EpochTimer:
         return Timer()
 
 
+@dataclasses.dataclass
+class _Input:
+    """What the run reads, resolved once: the version, its splits' files and the batch sizes."""
+
+    manifest: dict[str, Any]
+    schema: Schema
+    files: dict[str, list[str]]
+    compression: str
+    bad_records: int
+    strategy: Any
+    global_batch: int
+    steps_per_epoch: int
+
+    @property
+    def splits(self) -> dict[str, Any]:
+        """The manifest's splits."""
+        return self.manifest["splits"]
+
+    @property
+    def statistics(self) -> dict[str, Any]:
+        """The manifest's statistics."""
+        return self.manifest.get("statistics", {})
+
+    def records(self, split: str) -> int:
+        """Records in ``split`` (0 when it does not exist)."""
+        return self.splits.get(split, {}).get("records", 0)
+
+
+@dataclasses.dataclass
+class _Model:
+    """The model and what feeds it: decoder, feature preprocessor, transform and augmentation."""
+
+    model: Any
+    decoder: FeatureDecoder
+    probe_reader: ReaderConfig
+    num_classes: int | None
+    preprocessor: Any = None
+    transform: Any = None
+    augment: Any = None
+    feature_state: tuple[Any, Any] | None = None  # (feature config, fitted state)
+
+
 def run_train(config: TrainConfig) -> dict[str, Any]:
     """Train, evaluate and export; return the metrics (also in ``<model_dir>/metrics.json``).
+
+    Reads as its phases: resolve the input -> build the model -> fit -> evaluate -> export.
 
     Raises:
         TrainError: The version fails verification (without ``skip_bad_records``) or has no
@@ -211,61 +223,112 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
 
     """
     config.validate()
-    import tensorflow as tf
+    data = _resolve_input(config)
+    built = _build_model(config, data)
+    model_dir = storage.normalize(config.model_dir)
+    chief = strategy_lib.is_chief()
+    started = time.perf_counter()
+    history, epoch_seconds = _fit(config, data, built, model_dir, chief)
+    train_seconds = time.perf_counter() - started
+    evaluation = _evaluate(config, data, built)
+    trained_digest = weights_digest(built.model)  # before the probe's steps change the weights
+    export_dir = _export(data, built, model_dir, chief)
+    probe = {}
+    if config.probe_steps and strategy_lib.cluster_workers() <= 1:
+        probe = input_wait_probe(
+            built.model,
+            data.files["train"],
+            data.schema,
+            data.statistics,
+            built.probe_reader,
+            data.compression,
+            config.probe_steps,
+            built.transform,
+        )
+    manifest = data.manifest
+    metrics = {
+        "dataset": f"{manifest['dataset']}@{manifest['version']}",
+        "dataset_digest": manifest["content_digest"],
+        "strategy": type(data.strategy).__name__,
+        "replicas": data.strategy.num_replicas_in_sync,
+        "global_batch_size": data.global_batch,
+        "epochs": config.epochs,
+        "steps_per_epoch": data.steps_per_epoch,
+        "history": {k: [float(x) for x in v] for k, v in history.items()},
+        "epoch_seconds": epoch_seconds,
+        "train_seconds": train_seconds,
+        "examples_per_second": data.steps_per_epoch
+        * data.global_batch
+        * len(epoch_seconds)
+        / max(sum(epoch_seconds), 1e-9),
+        "evaluation": evaluation,
+        "input": probe,
+        "bad_records_skipped": data.bad_records,
+        "weights_digest": trained_digest,
+        "chief": chief,
+        "model_dir": model_dir,
+        "export_dir": export_dir,
+    }
+    if chief and built.num_classes and data.records("test"):
+        metrics["serving_check"] = serving_evaluation(
+            export_dir, data.files["test"], data.schema, data.compression, config.skip_bad_records
+        )
+    if chief:
+        storage.write_text(
+            storage.join(model_dir, METRICS_FILE), json.dumps(metrics, indent=2, sort_keys=True)
+        )
+        from tfrecord_suite.train import report
 
+        report.write_report(model_dir, metrics, data.schema)
+    return metrics
+
+
+def _resolve_input(config: TrainConfig) -> _Input:
+    """The version (verified), its files by split, the strategy and the batch sizes."""
     manifest, vdir = resolve_dataset(config.dataset)
     strategy = strategy_lib.make_strategy(config.strategy, config.cpu_devices, config.tpu)
     import keras
 
     keras.utils.set_random_seed(config.seed)
-    chief = strategy_lib.is_chief()
     schema = Schema.from_dict(manifest["schema"])
+    name = f"{manifest['dataset']}@{manifest['version']}"
     if schema.label is None:
-        raise TrainError(f"{manifest['dataset']}@{manifest['version']} has no label to train on")
+        raise TrainError(f"{name} has no label to train on")
     bad_records = _verify(manifest, vdir, config)
-    compression = "GZIP" if manifest.get("gzip") else ""
-    statistics = manifest.get("statistics", {})
     splits = manifest["splits"]
     if "train" not in splits or not splits["train"]["records"]:
-        raise TrainError(f"{manifest['dataset']}@{manifest['version']} has no training records")
-    files = {s: shard_uris(manifest, vdir, s) for s in splits}
-
+        raise TrainError(f"{name} has no training records")
     replicas = strategy.num_replicas_in_sync
     global_batch = config.batch_size * replicas
     steps_per_epoch = max(1, splits["train"]["records"] // global_batch)
-    val_split = "validation" if splits.get("validation", {}).get("records") else None
-    val_steps = max(1, splits[val_split]["records"] // global_batch) if val_split else None
     _LOG.info(
         "%d replicas, global batch %d, %d steps per epoch", replicas, global_batch, steps_per_epoch
     )
     advice = allocator_advice()
     if advice:
         _LOG.info(advice)
+    return _Input(
+        manifest=manifest,
+        schema=schema,
+        files={s: shard_uris(manifest, vdir, s) for s in splits},
+        compression="GZIP" if manifest.get("gzip") else "",
+        bad_records=bad_records,
+        strategy=strategy,
+        global_batch=global_batch,
+        steps_per_epoch=steps_per_epoch,
+    )
 
-    def input_fn(split: str, training: bool) -> Any:
-        def fn(ctx: Any) -> Any:
-            reader = config.reader_config(ctx.get_per_replica_batch_size(global_batch), training)
-            if not training:
-                reader = dataclasses.replace(reader, repeat=True)
-            return make_dataset(
-                files[split],
-                schema,
-                reader,
-                statistics=statistics,
-                input_context=ctx,
-                compression=compression,
-                training=training,
-                transform=transform,
-                augment=augment,
-            )
 
-        return strategy.distribute_datasets_from_function(fn)
+def _build_model(config: TrainConfig, data: _Input) -> _Model:
+    """The user's ``--model-fn`` model, or the built-in one from the feature config (fitted)."""
+    import tensorflow as tf
 
+    from tfrecord_suite.train import features, model_fns
+
+    schema, statistics = data.schema, data.statistics
     probe_reader = config.reader_config(config.batch_size)
     decoder = FeatureDecoder(schema, statistics, probe_reader)
     num_classes = len(schema.label_classes) if schema.label_classes else None
-    from tfrecord_suite.train import features, model_fns
-
     ctx = model_fns.ModelContext(
         schema=schema,
         statistics=statistics,
@@ -275,10 +338,10 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
         learning_rate=config.learning_rate,
         hidden_units=config.hidden_units,
     )
-    preprocessor = transform = augment = None
+    built = _Model(None, decoder, probe_reader, num_classes)
     if config.model_fn:
         if schema.source_format != "images":
-            ctx.vocabularies = _vocabularies(files["train"], schema, compression)
+            ctx.vocabularies = features.vocabularies(data.files["train"], schema, data.compression)
         build = model_fns.load_model_fn(config.model_fn)
     else:
         feature_config = (
@@ -286,35 +349,65 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
             if config.feature_config
             else features.infer_feature_config(schema)
         )
-        fitted = features.fit(feature_config, schema, statistics, files["train"], compression)
-        preprocessor = features.build_preprocessor(
+        fitted = features.fit(
+            feature_config, schema, statistics, data.files["train"], data.compression
+        )
+        built.preprocessor = features.build_preprocessor(
             feature_config, fitted, schema, decoder.image_shape
         )
-        transform = features.transform_fn(preprocessor)
-        augment = features.augment_fn(feature_config)
+        built.transform = features.transform_fn(built.preprocessor)
+        built.augment = features.augment_fn(feature_config)
+        built.feature_state = (feature_config, fitted)
 
         def build(ctx: Any) -> Any:
-            return features.build_model(feature_config, fitted, preprocessor, ctx)
+            return features.build_model(feature_config, fitted, built.preprocessor, ctx)
 
-    with strategy.scope():
-        model = build(ctx)
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    with data.strategy.scope():
+        built.model = build(ctx)
+    if isinstance(data.strategy, tf.distribute.MultiWorkerMirroredStrategy):
         _patch_for_multi_worker(
-            model,
-            strategy,
+            built.model,
+            data.strategy,
             make_dataset(
-                files["train"],
+                data.files["train"],
                 schema,
                 probe_reader,
                 statistics=statistics,
-                compression=compression,
-                transform=transform,
+                compression=data.compression,
+                transform=built.transform,
             ),
         )
+    return built
 
-    model_dir = storage.normalize(config.model_dir)
-    work_dir = model_dir if chief else tempfile.mkdtemp(prefix="worker-")
-    timer = _EpochTimer()
+
+def _input_fn(config: TrainConfig, data: _Input, built: _Model, split: str, training: bool) -> Any:
+    """A distributed dataset of ``split``: each input pipeline reads its share of the files."""
+
+    def fn(ctx: Any) -> Any:
+        reader = config.reader_config(ctx.get_per_replica_batch_size(data.global_batch), training)
+        if not training:
+            reader = dataclasses.replace(reader, repeat=True)
+        return make_dataset(
+            data.files[split],
+            data.schema,
+            reader,
+            statistics=data.statistics,
+            input_context=ctx,
+            compression=data.compression,
+            training=training,
+            transform=built.transform,
+            augment=built.augment,
+        )
+
+    return data.strategy.distribute_datasets_from_function(fn)
+
+
+def _callbacks(
+    config: TrainConfig, strategy: Any, model_dir: str, chief: bool, timer: Any
+) -> list[Any]:
+    """Backup and restore on every worker; TensorBoard and per-epoch checkpoints on the chief."""
+    import keras
+
     callbacks = [
         keras.callbacks.BackupAndRestore(
             backup_dir=storage.join(model_dir, "backup", *strategy_lib.task_id()),
@@ -338,83 +431,66 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
                     save_weights_only=True,
                 )
             )
-    started = time.perf_counter()
-    history = model.fit(
-        input_fn("train", True),
+    return callbacks
+
+
+def _fit(
+    config: TrainConfig, data: _Input, built: _Model, model_dir: str, chief: bool
+) -> tuple[dict[str, list[Any]], list[float]]:
+    """``model.fit`` on the train split, validated on the validation split when it has records.
+
+    Returns:
+        Keras's history and the seconds of each epoch.
+
+    """
+    val_split = "validation" if data.records("validation") else None
+    timer = _EpochTimer()
+    history = built.model.fit(
+        _input_fn(config, data, built, "train", True),
         epochs=config.epochs,
-        steps_per_epoch=steps_per_epoch,
-        validation_data=input_fn(val_split, False) if val_split else None,
-        validation_steps=val_steps,
-        callbacks=callbacks,
+        steps_per_epoch=data.steps_per_epoch,
+        validation_data=_input_fn(config, data, built, val_split, False) if val_split else None,
+        validation_steps=(
+            max(1, data.records(val_split) // data.global_batch) if val_split else None
+        ),
+        callbacks=_callbacks(config, data.strategy, model_dir, chief, timer),
         verbose=2,
     )
-    train_seconds = time.perf_counter() - started
+    return history.history, timer.times
+
+
+def _evaluate(config: TrainConfig, data: _Input, built: _Model) -> dict[str, dict[str, float]]:
+    """Keras metrics on the validation and test splits (those with records)."""
     evaluation = {}
     for split in ("validation", "test"):
-        if splits.get(split, {}).get("records"):
-            steps = max(1, math.ceil(splits[split]["records"] / global_batch))
-            evaluation[split] = {
-                k: float(v)
-                for k, v in model.evaluate(
-                    input_fn(split, False), steps=steps, return_dict=True, verbose=0
-                ).items()
-            }
+        if data.records(split):
+            steps = max(1, math.ceil(data.records(split) / data.global_batch))
+            scores = built.model.evaluate(
+                _input_fn(config, data, built, split, False),
+                steps=steps,
+                return_dict=True,
+                verbose=0,
+            )
+            evaluation[split] = {k: float(v) for k, v in scores.items()}
+    return evaluation
 
-    trained_digest = weights_digest(model)  # before the probe's extra steps change the weights
+
+def _export(data: _Input, built: _Model, model_dir: str, chief: bool) -> str:
+    """Export the serving SavedModel, the Keras file and the fitted feature state.
+
+    Every worker exports (the chief's copy is the one kept); returns the export folder.
+    """
+    from tfrecord_suite.train import features
+
+    work_dir = model_dir if chief else tempfile.mkdtemp(prefix="worker-")
     export_dir = storage.join(work_dir, EXPORT_DIR)
-    export_serving_model(model, decoder, schema, export_dir, preprocessor)
+    export_serving_model(built.model, built.decoder, data.schema, export_dir, built.preprocessor)
     if chief:
         # the trainable part as a Keras file, for fine-tuning and for checking train/serve parity
-        model.save(storage.join(model_dir, KERAS_FILE))
-        if preprocessor is not None:
-            features.save(model_dir, feature_config, fitted)
-    probe = {}
-    if config.probe_steps and strategy_lib.cluster_workers() <= 1:
-        probe = input_wait_probe(
-            model,
-            files["train"],
-            schema,
-            statistics,
-            probe_reader,
-            compression,
-            config.probe_steps,
-            transform,
-        )
-    metrics = {
-        "dataset": f"{manifest['dataset']}@{manifest['version']}",
-        "dataset_digest": manifest["content_digest"],
-        "strategy": type(strategy).__name__,
-        "replicas": replicas,
-        "global_batch_size": global_batch,
-        "epochs": config.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "history": {k: [float(x) for x in v] for k, v in history.history.items()},
-        "epoch_seconds": timer.times,
-        "train_seconds": train_seconds,
-        "examples_per_second": steps_per_epoch
-        * global_batch
-        * len(timer.times)
-        / max(sum(timer.times), 1e-9),
-        "evaluation": evaluation,
-        "input": probe,
-        "bad_records_skipped": bad_records,
-        "weights_digest": trained_digest,
-        "chief": chief,
-        "model_dir": model_dir,
-        "export_dir": export_dir,
-    }
-    if chief and num_classes and splits.get("test", {}).get("records"):
-        metrics["serving_check"] = serving_evaluation(
-            export_dir, files["test"], schema, compression, config.skip_bad_records
-        )
-    if chief:
-        storage.write_text(
-            storage.join(model_dir, METRICS_FILE), json.dumps(metrics, indent=2, sort_keys=True)
-        )
-        from tfrecord_suite.train import report
-
-        report.write_report(model_dir, metrics, schema)
-    return metrics
+        built.model.save(storage.join(model_dir, KERAS_FILE))
+        if built.feature_state is not None:
+            features.save(model_dir, *built.feature_state)
+    return export_dir
 
 
 def _patch_for_multi_worker(model: Any, strategy: Any, local_dataset: Any) -> None:
@@ -541,48 +617,6 @@ def export_serving_model(
         input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
     )
     archive.write_out(path, verbose=False)
-
-
-def serving_evaluation(
-    export_dir: str,
-    files: list[str],
-    schema: Schema,
-    compression: str,
-    skip_bad_records: bool = False,
-) -> dict:
-    """Accuracy and confusion matrix of the exported model on raw serialized examples."""
-    import numpy as np
-    import tensorflow as tf
-
-    loaded = tf.saved_model.load(export_dir)
-    serve = loaded.signatures["serving_default"]
-    label_spec = {
-        schema.label: tf.io.FixedLenFeature(
-            [], tf.string if schema.feature(schema.label).dtype == "string" else tf.int64
-        )
-    }
-    n = len(schema.label_classes)
-    index = {c: i for i, c in enumerate(schema.label_classes)}
-    matrix = np.zeros((n, n), dtype=np.int64)
-    records = tf.data.TFRecordDataset(files, compression_type=compression)
-    if skip_bad_records:
-        records = records.ignore_errors()
-    for batch in records.batch(512):
-        pred = serve(examples=batch)["class_id"].numpy()
-        labels = tf.io.parse_example(batch, label_spec)[schema.label].numpy()
-        for y, p in zip(labels, pred, strict=True):
-            if schema.label_encoding == "index":
-                t = int(y)
-            else:
-                t = index[y.decode() if isinstance(y, bytes) else str(int(y))]
-            matrix[t, int(p)] += 1
-    total = int(matrix.sum())
-    return {
-        "examples": total,
-        "accuracy": float(np.trace(matrix) / max(total, 1)),
-        "classes": list(schema.label_classes),
-        "confusion_matrix": matrix.tolist(),
-    }
 
 
 def input_wait_probe(
