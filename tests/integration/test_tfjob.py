@@ -14,6 +14,7 @@ from tfrecord_suite.io import storage
 from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobError, JobLauncher, job_name
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob, render_tfjob
+from tfrecord_suite.train.reader import ReaderConfig
 from tfrecord_suite.train.trainer import TrainConfig
 
 GPU = Placement(accelerator_type="nvidia-l4", accelerator_count=2, shm_size="16Gi", launch_job=True)
@@ -264,7 +265,7 @@ def test_trainer_args_round_trip_through_the_cli():
         model_dir="gs://b/m",
         strategy="multi_worker",
         epochs=7,
-        image_size=(32, 48),
+        reader=ReaderConfig(image_size=(32, 48), shuffle_buffer=500, deterministic=True),
         verify=False,
         model_fn=None,
     )

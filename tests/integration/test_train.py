@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tfrecord_suite.registry.datasets import shard_uri
+from tfrecord_suite.train.reader import ReaderConfig
 from tfrecord_suite.train.trainer import TrainConfig, TrainError, run_train
 
 CLI = [sys.executable, "-m", "tfrecord_suite.cli"]
@@ -95,7 +96,7 @@ def test_refuses_version_failing_verification(published_digits, tmp_path):
             dataset=ref,
             model_dir=str(tmp_path / "m2"),
             epochs=1,
-            skip_bad_records=True,
+            reader=ReaderConfig(skip_bad_records=True),
             probe_steps=0,
         )
     )

@@ -178,3 +178,28 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(tmp_path, monkey
     r = CliRunner().invoke(main, ["compile", "--output", str(tmp_path / "p.yaml")])
     assert r.exit_code == 1 and "error:" not in r.output
     assert str(r.exception) == "internal invariant broken"  # the traceback stays
+
+
+def test_train_flags_stay_flat_over_the_nested_reader_config():
+    """TrainConfig nests ReaderConfig; the train command's flags are the same flat ones, and
+    build() puts them into the nested config (the round trip through to_args is in test_tfjob)."""
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli import options
+    from tfrecord_suite.cli.main import main
+    from tfrecord_suite.train.reader import ReaderConfig
+    from tfrecord_suite.train.trainer import TrainConfig
+
+    text = CliRunner().invoke(main, ["train", "--help"], terminal_width=200).output
+    for flag in ("--cycle-length", "--shuffle-buffer-bytes", "--cache", "--retune", "--seed"):
+        assert flag in text
+    assert "--skip-bad-records" in text and "--image-size" in text
+    for inner in ("--shuffle-files", "--file-buffer-bytes", "--drop-remainder", "--repeat"):
+        assert inner not in text  # set per input pipeline, not by the user
+    cfg = options.build(
+        TrainConfig,
+        {"dataset": "r/d@1", "model_dir": "m", "cycle_length": 4, "cache": "memory", "seed": 7},
+    )
+    assert cfg.reader == ReaderConfig(cycle_length=4, cache="memory")
+    assert cfg.reader_config(32, training=False).seed == 7
+    assert cfg.reader_config(32, training=False).cache == ""

@@ -65,16 +65,36 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+#: Field metadata key: a nested config dataclass whose fields become flat flags of the outer
+#: command; its value names the nested fields that get no flag (the outer config sets them).
+FLATTEN = "cli_flatten_except"
+
+
+def _flattened(field: dataclasses.Field) -> tuple[type, tuple[str, ...]] | None:
+    """``(nested class, its fields without a flag)`` for a flattened field, else None."""
+    if FLATTEN not in field.metadata:
+        return None
+    return field.default_factory, tuple(field.metadata[FLATTEN])
+
+
 def dataclass_options(
     cls: type, exclude: Sequence[str] = (), required: Sequence[str] = ()
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a click command with one option per dataclass field."""
+    """Decorate a click command with one option per dataclass field.
+
+    A field marked with :data:`FLATTEN` metadata (a nested config) contributes one option per
+    field of its own, as if they were the outer class's.
+    """
     hints = typing.get_type_hints(cls)
     docs = attribute_docs(cls)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for field in reversed(dataclasses.fields(cls)):
             if field.name in exclude:
+                continue
+            nested = _flattened(field)
+            if nested is not None:
+                fn = dataclass_options(nested[0], exclude=nested[1])(fn)
                 continue
             tp, optional = _unwrap_optional(hints[field.name])
             flag = "--" + field.name.replace("_", "-")
@@ -104,9 +124,19 @@ def dataclass_options(
 
 
 def build(cls: type, values: dict[str, Any], **extra: Any) -> Any:
-    """Instantiate ``cls`` from parsed CLI values (ignoring keys that are not fields)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names}, **extra)
+    """Instantiate ``cls`` from parsed CLI values (ignoring keys that are not fields).
+
+    Flattened nested configs are built from the values of their own fields.
+    """
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        nested = _flattened(field)
+        if nested is not None:
+            inner = {f.name for f in dataclasses.fields(nested[0])} - set(nested[1])
+            kwargs[field.name] = nested[0](**{k: v for k, v in values.items() if k in inner})
+        elif field.name in values:
+            kwargs[field.name] = values[field.name]
+    return cls(**kwargs, **extra)
 
 
 def to_args(obj: Any) -> list[str]:
@@ -117,6 +147,13 @@ def to_args(obj: Any) -> list[str]:
     args: list[str] = []
     for field in dataclasses.fields(obj):
         value = getattr(obj, field.name)
+        nested = _flattened(field)
+        if nested is not None:
+            for group in _pairs(to_args(value)):
+                name = group[0].lstrip("-").replace("-", "_")
+                if name not in nested[1] and name.removeprefix("no_") not in nested[1]:
+                    args += group
+            continue
         default = None if field.default is dataclasses.MISSING else field.default
         if value is None or (field.default is not dataclasses.MISSING and value == default):
             continue
@@ -128,3 +165,14 @@ def to_args(obj: Any) -> list[str]:
         else:
             args += [flag, str(value)]
     return args
+
+
+def _pairs(args: list[str]) -> list[list[str]]:
+    """``to_args`` output, regrouped as one item per flag (a flag and its value, or a switch)."""
+    grouped: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("--"):
+            grouped.append([arg])
+        else:
+            grouped[-1].append(arg)
+    return grouped

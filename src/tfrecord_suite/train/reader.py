@@ -80,7 +80,7 @@ class ReaderConfig:
         image_size: ``(height, width)`` encoded images are decoded and resized to.
         skip_bad_records: Drop records that fail to read, and batches that fail to parse, instead
             of failing (parsing then runs per batch, so one bad record costs one batch, not a
-            window).
+            window); the trainer then also trains on a version that fails verification.
         file_buffer_bytes: Read buffer per open file.
         parse_window: Records parsed by one ``parse_example`` call (and permuted together when
             shuffling) before they are cut into batches; at least ``batch_size``. 0 (default):

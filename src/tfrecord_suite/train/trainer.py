@@ -24,7 +24,7 @@ from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
-from tfrecord_suite.train.reader import AUTOTUNE, FeatureDecoder, ReaderConfig, make_dataset
+from tfrecord_suite.train.reader import FeatureDecoder, ReaderConfig, make_dataset
 
 _LOG = logging.getLogger(__name__)
 EXPORT_DIR = "export"
@@ -54,23 +54,10 @@ class TrainConfig:
         feature_config: Feature transforms of the built-in model: a YAML/JSON file (local or
             gs://) or inline text; empty infers them from the schema. Ignored with model_fn.
         seed: Random seed (file order, shuffles, weights).
-        cycle_length: Files read at once (0: all of this worker's files up to 16; AUTOTUNE = -1).
-        block_length: Consecutive records read from one file as one element (0: ~64 KiB).
-        parse_window: Records parsed per parse_example call (0: ~2 MiB, at most 2048).
-        num_parallel_reads: Parallel file readers (AUTOTUNE = -1).
-        num_parallel_calls: Parallel parse/decode calls (AUTOTUNE = -1).
-        deterministic: Reproducible element order.
-        shuffle_buffer: Records shuffled together, one window at a time (0: off).
-        shuffle_buffer_bytes: Memory bound of the shuffle buffer (0: none); large records get
-            fewer than shuffle_buffer.
-        cache: ``""``, ``memory`` or a file prefix.
-        prefetch: Batches prefetched (AUTOTUNE = -1).
-        retune: Let tf.data's runtime model keep re-tuning AUTOTUNE knobs (off: resolved once
-            at start; on 2 cores the runtime model halved throughput in a third of runs).
-        image_size: ``(height, width)`` to resize images to.
+        reader: The tf.data reader's knobs (flat flags: ``--cycle-length``, ``--shuffle-buffer``,
+            ``--cache``...); the batch size, the seed and repeating are set per input pipeline.
         checkpoint_every_steps: Also back up every N steps (0: each epoch only).
         profile_steps: ``"start,stop"`` batch range traced by the TensorBoard profiler.
-        skip_bad_records: Train on a version that fails verification, skipping bad records.
         verify: Check every shard's checksum before training.
         probe_steps: Steps of the input-wait probe after training (0: off).
 
@@ -88,21 +75,22 @@ class TrainConfig:
     model_fn: str | None = None
     feature_config: str = ""
     seed: int = 42
-    cycle_length: int = 0
-    block_length: int = 0
-    parse_window: int = 0
-    num_parallel_reads: int = AUTOTUNE
-    num_parallel_calls: int = AUTOTUNE
-    deterministic: bool = False
-    shuffle_buffer: int = 10_000
-    shuffle_buffer_bytes: int = 64 << 20
-    cache: str = ""
-    prefetch: int = AUTOTUNE
-    retune: bool = False
-    image_size: tuple[int, int] | None = None
+    reader: ReaderConfig = dataclasses.field(
+        default_factory=ReaderConfig,
+        # flat flags for its fields, except those set per input pipeline (cli.options.FLATTEN)
+        metadata={
+            "cli_flatten_except": (
+                "batch_size",
+                "seed",
+                "repeat",
+                "shuffle_files",
+                "drop_remainder",
+                "file_buffer_bytes",
+            )
+        },
+    )
     checkpoint_every_steps: int = 0
     profile_steps: str = ""
-    skip_bad_records: bool = False
     verify: bool = True
     probe_steps: int = 30
 
@@ -128,23 +116,13 @@ class TrainConfig:
 
     def reader_config(self, batch_size: int, training: bool = True) -> ReaderConfig:
         """Reader knobs for one input pipeline."""
-        return ReaderConfig(
+        return dataclasses.replace(
+            self.reader,
             batch_size=batch_size,
             seed=self.seed,
-            cycle_length=self.cycle_length,
-            block_length=self.block_length,
-            parse_window=self.parse_window,
-            num_parallel_reads=self.num_parallel_reads,
-            num_parallel_calls=self.num_parallel_calls,
-            deterministic=self.deterministic,
-            shuffle_buffer=self.shuffle_buffer if training else 0,
-            shuffle_buffer_bytes=self.shuffle_buffer_bytes,
-            cache=self.cache if training else "",
-            prefetch=self.prefetch,
-            retune=self.retune,
+            shuffle_buffer=self.reader.shuffle_buffer if training else 0,
+            cache=self.reader.cache if training else "",
             repeat=training,
-            image_size=self.image_size,
-            skip_bad_records=self.skip_bad_records,
         )
 
 
@@ -271,7 +249,11 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
     }
     if chief and built.num_classes and data.records("test"):
         metrics["serving_check"] = serving_evaluation(
-            export_dir, data.files["test"], data.schema, data.compression, config.skip_bad_records
+            export_dir,
+            data.files["test"],
+            data.schema,
+            data.compression,
+            config.reader.skip_bad_records,
         )
     if chief:
         storage.write_text(
@@ -542,7 +524,7 @@ def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
     try:
         reg.verify(manifest["dataset"], manifest["version"])
     except VerificationError as exc:
-        if not config.skip_bad_records:
+        if not config.reader.skip_bad_records:
             raise TrainError(
                 f"refusing to train on a version that fails verification: {exc}. Pass "
                 "--skip-bad-records to train anyway, skipping unreadable records"
