@@ -507,21 +507,21 @@ def evaluate_task(
             tolerance=tolerance,
         )
     )
-    metric = result["metric"]
-    evaluation.log_metric(f"candidate_{metric}", round(result["candidate"]["value"], 6))
-    if result.get("baseline"):
-        evaluation.log_metric(f"baseline_{metric}", round(result["baseline"]["value"], 6))
+    metric = result.metric
+    evaluation.log_metric(f"candidate_{metric}", round(result.candidate["value"], 6))
+    if result.baseline:
+        evaluation.log_metric(f"baseline_{metric}", round(result.baseline["value"], 6))
     evaluation.metadata.update(
         {
-            "decision": result["decision"],
-            "reason": result["reason"],
-            "baseline_version": result["baseline_version"],
+            "decision": result.decision,
+            "reason": result.reason,
+            "baseline_version": result.baseline_version,
             "baseline_alias": baseline_alias,
-            "dataset": result["dataset"],
+            "dataset": result.dataset,
         }
     )
     _write_markdown(comparison, markdown(result))
-    return result["decision"]
+    return result.decision
 
 
 def register_task(

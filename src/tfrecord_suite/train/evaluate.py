@@ -133,15 +133,54 @@ def decide(
     )
 
 
-def run_gate(config: GateConfig) -> dict[str, Any]:
+@dataclasses.dataclass
+class GateDecision:
+    """The gate's decision and the scores behind it (``to_dict``/``from_dict``: its JSON form).
+
+    Attributes:
+        decision: ``promote`` or ``hold``.
+        reason: Why, in one line.
+        dataset: ``<name>@<version>`` scored on.
+        dataset_digest: Its content digest.
+        split: The split both models were scored on.
+        metric: ``accuracy`` or ``mse``.
+        higher_is_better: Whether a higher ``metric`` is better.
+        candidate: The candidate's score (``value``, ``examples``; classification adds the
+            confusion matrix).
+        baseline_alias: The alias of the model to beat.
+        baseline_version: Its version (None: no model had the alias yet).
+        baseline: Its score, when it could be scored.
+
+    """
+
+    decision: str
+    reason: str
+    dataset: str
+    dataset_digest: str
+    split: str
+    metric: str
+    higher_is_better: bool
+    candidate: dict[str, Any]
+    baseline_alias: str
+    baseline_version: int | None = None
+    baseline: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able form."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GateDecision:
+        """Read :meth:`to_dict`'s form back (unknown keys are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def run_gate(config: GateConfig) -> GateDecision:
     """Score the candidate and the ``baseline_alias`` model on one split and decide.
 
-    Returns:
-        ``decision`` (promote/hold), ``reason``, ``metric``, ``candidate`` and ``baseline``
-        scores, ``baseline_version`` (None without a baseline) and the dataset it used.
-
     Raises:
-        ValueError: The split does not exist or is empty.
+        UserError: The split does not exist or is empty.
 
     """
     config.validate()
@@ -160,59 +199,57 @@ def run_gate(config: GateConfig) -> dict[str, Any]:
     candidate = score(config.export_dir, files, schema, compression)
     registry = ModelRegistry(config.model_registry)
     baseline_model = registry.resolve(config.model_name, config.baseline_alias)
-    baseline: dict[str, Any] | None = None
-    result: dict[str, Any] = {
-        "dataset": f"{manifest['dataset']}@{manifest['version']}",
-        "dataset_digest": manifest["content_digest"],
-        "split": config.split,
-        "metric": candidate["metric"],
-        "higher_is_better": candidate["higher_is_better"],
-        "candidate": candidate,
-        "baseline_alias": config.baseline_alias,
-        "baseline_version": baseline_model.version if baseline_model else None,
-    }
+    result = GateDecision(
+        decision=HOLD,
+        reason="",
+        dataset=f"{manifest['dataset']}@{manifest['version']}",
+        dataset_digest=manifest["content_digest"],
+        split=config.split,
+        metric=candidate["metric"],
+        higher_is_better=candidate["higher_is_better"],
+        candidate=candidate,
+        baseline_alias=config.baseline_alias,
+        baseline_version=baseline_model.version if baseline_model else None,
+    )
     if baseline_model is not None:
         registry.verify(config.model_name, baseline_model.version)
         try:
-            baseline = score(baseline_model.export_dir, files, schema, compression)
+            result.baseline = score(baseline_model.export_dir, files, schema, compression)
         except Exception as exc:
-            result.update(
-                decision=HOLD,
-                reason=f"baseline {config.model_name} v{baseline_model.version} cannot score "
-                f"{result['dataset']} ({type(exc).__name__}: {str(exc)[:300]}); promote by hand "
-                "with `tfrecord-suite models promote` if the new model should replace it",
-                baseline=None,
+            result.reason = (
+                f"baseline {config.model_name} v{baseline_model.version} cannot score "
+                f"{result.dataset} ({type(exc).__name__}: {str(exc)[:300]}); promote by hand "
+                "with `tfrecord-suite models promote` if the new model should replace it"
             )
             return result
-    decision, reason = decide(
+    result.decision, result.reason = decide(
         candidate["value"],
-        baseline["value"] if baseline else None,
+        result.baseline["value"] if result.baseline else None,
         candidate["higher_is_better"],
         config.tolerance,
     )
-    result.update(decision=decision, reason=reason, baseline=baseline)
-    _LOG.info("gate: %s (%s)", decision, reason)
+    _LOG.info("gate: %s (%s)", result.decision, result.reason)
     return result
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: GateDecision) -> str:
     """The gate's decision as Markdown for the Kubeflow UI."""
-    base = result.get("baseline")
+    base = result.baseline
     lines = [
-        f"# Model gate: **{result['decision']}**",
+        f"# Model gate: **{result.decision}**",
         "",
-        result["reason"],
+        result.reason,
         "",
-        f"Scored on split `{result['split']}` of `{result['dataset']}` through each model's "
+        f"Scored on split `{result.split}` of `{result.dataset}` through each model's "
         "serving signature.",
         "",
-        f"| model | {result['metric']} | examples |",
+        f"| model | {result.metric} | examples |",
         "|---|---:|---:|",
-        f"| candidate | {result['candidate']['value']:.4f} | {result['candidate']['examples']} |",
+        f"| candidate | {result.candidate['value']:.4f} | {result.candidate['examples']} |",
     ]
     if base:
         lines.append(
-            f"| baseline v{result['baseline_version']} ({result['baseline_alias']}) | "
+            f"| baseline v{result.baseline_version} ({result.baseline_alias}) | "
             f"{base['value']:.4f} | {base['examples']} |"
         )
     return "\n".join(lines) + "\n"
