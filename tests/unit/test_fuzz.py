@@ -127,6 +127,11 @@ def _quoted(cell: str) -> str:
     st.lists(st.tuples(st.integers(0, 12), st.sampled_from(_BAD_ROWS)), max_size=4),
 )
 @example(good=[("a", "b", "c")] * 3, bad=[(1, '"unterminated,1,2\n')])
+# found by fuzzing: the open quote paired with one in the next row's first line, and the lines
+# between made a record of the right width, cutting that row in two
+@example(good=[("", "", ",,\n")], bad=[(0, '"unterminated,1,2\n')])
+@example(good=[("", ",,\n,", ",\n")], bad=[(0, '"unterminated,1,2\n')])
+@example(good=[("", "", ",,\n")], bad=[(0, '"unterminated,1,2\n'), (0, "short,row\n")])
 def test_csv_keeps_every_good_row_around_bad_ones(tmp_path, good, bad):
     """Whatever bad records are inserted between well-formed ones (quoted fields may hold
     delimiters, quotes and newlines), every good record comes out, each bad one costs itself."""

@@ -441,8 +441,95 @@ def _csv_records(
         elif len(fields) != len(header):
             why = f"row has {len(fields)} fields, header has {len(header)}"
             yield line_no, at, bad(first, more, why)
+        elif more and _swallowed(first, more, take, pending, errors, delimiter, len(header)):
+            yield line_no, at, bad(
+                first, more, "unterminated quote: its line would take the start of the next "
+                "row(s) into one field, leaving a broken row after it",
+            )  # fmt: skip
         else:
             yield line_no, at, RawRow(uri, line_no, dict(zip(header, fields, strict=True)))
+
+
+def _swallowed(
+    first: tuple[int, int, str],
+    more: list[tuple[int, int, str]],
+    take: Any,
+    pending: list[tuple[int, int, str]],
+    errors: list[str],
+    delimiter: str,
+    width: int,
+) -> bool:
+    """Whether a record that spans lines is better read as a bad first line and good rows after.
+
+    A quote left open on one line pairs with the first quote of a later line, and the lines
+    between can happen to make a record of the right width: then the row whose line supplied
+    that quote is cut in two, and what is left of it becomes a bad record (or worse, a good-looking
+    one that breaks a later row). So both readings are followed ahead, each record bad or good
+    by the reader's own rule (a bad record costs its first line), until they meet at the same
+    line. When the record's reading meets a bad record on the way (the sign of a cut row), the
+    record is kept only if its reading is better on both counts: fewer bad records and more good
+    ones. A quoted field that truly spans lines makes its
+    continuation lines bad when they are read on their own, so it keeps its reading. Only lines
+    after ``first`` are read (ahead, then given back), at most :data:`MAX_RECORD_LINES` of them,
+    so a range reader starting at a record start decides as reading the whole file does.
+    """
+    window = [first, *more]
+    end = len(window)
+
+    def line(i: int) -> tuple[int, int, str] | None:
+        while len(window) <= i:
+            nxt = take()
+            if nxt is None:
+                return None
+            window.append(nxt)
+        return window[i]
+
+    def record_end(start: int) -> int | None:
+        text = line(start)[2]
+        size, open_quote, i = len(text), text.count('"') % 2 == 1, start + 1
+        while open_quote:
+            nxt = line(i)
+            if nxt is None or _marker_error(nxt[2], errors) or i - start >= MAX_RECORD_LINES:
+                return None
+            size += len(nxt[2])
+            if size > MAX_RECORD_BYTES:
+                return None
+            open_quote ^= nxt[2].count('"') % 2 == 1
+            i += 1
+        return i
+
+    def step(start: int) -> tuple[int, int | None]:
+        """``(index after the record at start, 0 if it is good, 1 if bad, None if blank)``."""
+        if _marker_error(line(start)[2], errors):
+            return start + 1, 1
+        stop = record_end(start)
+        if stop is None:
+            return start + 1, 1
+        text = "".join(t for _, _, t in window[start:stop])
+        if not text.strip("\r\n"):
+            return stop, None
+        fields = _parse_record(text, delimiter)
+        return (stop, 0) if fields is not None and len(fields) == width else (start + 1, 1)
+
+    try:
+        # each reading's position and its counts of [good, bad] records so far
+        at = {"record": end, "bad line": 1}
+        counts = {"record": [1, 0], "bad line": [0, 1]}
+        while at["record"] != at["bad line"]:
+            reading = min(at, key=at.__getitem__)  # the one behind moves on
+            if at[reading] - end > MAX_RECORD_LINES:
+                return False  # no meeting point near: no evidence against the record
+            if line(at[reading]) is None:  # the end of the input: both readings end here
+                break
+            at[reading], bad = step(at[reading])
+            if bad is not None:
+                counts[reading][bad] += 1
+        (good_record, bad_record), (good_line, bad_line) = counts["record"], counts["bad line"]
+        if not bad_record:
+            return False  # every record after it is good: no sign of a stray quote
+        return not (bad_record < bad_line and good_record > good_line)
+    finally:
+        pending.extend(reversed(window[len(more) + 1 :]))
 
 
 def _parse_record(text: str, delimiter: str) -> list[str] | None:
