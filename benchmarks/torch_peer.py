@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
     n = first = 0
     first_at = t
     for i, batch in enumerate(loader):
-        n += len(batch["label"])
+        n += len(next(iter(batch.values())))  # rows in the batch, whatever the features
         if i == 0:
             first, first_at = n, time.perf_counter()
         if take and i + 1 >= take:
