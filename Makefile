@@ -39,7 +39,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
-	LD_PRELOAD="$$(test -e $(TCMALLOC) && realpath $(TCMALLOC))" $(BIN)/python -m benchmarks $(BENCH_ARGS)
+	LD_PRELOAD="$$(test -e $(TCMALLOC) && realpath $(TCMALLOC))" $(BIN)/python -m benchmarks \
+	  --report docs/bench --readme README.md $(BENCH_ARGS)
 
 images: $(STAMP)
 	$(BIN)/tfrecord-suite images build $(IMAGES_ARGS)

@@ -734,7 +734,7 @@ def write_variants(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]
             cfg = dataclasses.replace(
                 base, output=os.path.join(out_root, f"beam{workers}"), beam_args=args
             )
-            return run_shard(cfg)["records"]
+            return run_shard(cfg).records
 
         return run
 

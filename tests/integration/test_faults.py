@@ -77,7 +77,7 @@ def test_shard_to_gcs_survives_injected_faults(tmp_path, gcs_emulator_server, js
         faults = dict(proxy.faults)
         requests = proxy.requests
     print(f"\nshard step survived {faults} over {requests} requests")
-    assert summary["records"] == 200 and sum(faults.values()) >= 3
+    assert summary.records == 200 and sum(faults.values()) >= 3
     with _emulator_env(gcs_emulator_server):  # every record landed once, readable without faults
         shards = [f for f in storage.list_files(out) if f.uri.endswith(".tfrecord")]
         assert len(shards) == 6

@@ -156,7 +156,7 @@ def test_rerun_replaces_an_unfinished_output_but_never_foreign_or_finished_files
     (out / "train-00000-of-00001.tfrecord").write_bytes(b"half moved")
     (out / "dead_letter-00000-of-00001.jsonl").write_text("{}\n")
     summary = run_shard(ShardConfig(input=src, output=str(out), num_shards=1))
-    assert summary["records"] == 50
+    assert summary.records == 50
     assert not any(p.name.startswith(".tmp-shard-") for p in out.iterdir())
     with pytest.raises(ShardError, match="not empty"):  # finished: needs --overwrite
         run_shard(ShardConfig(input=src, output=str(out), num_shards=1))

@@ -29,9 +29,9 @@ def read_all(output: str, split: str, gzip: bool = False) -> list[dict]:
 def test_penguins_csv_to_shards_readable_with_written_spec(tmp_path, penguins_csv):
     out = str(tmp_path / "out")
     s = run_shard(ShardConfig(input=penguins_csv, output=out))
-    assert s["records"] == 344 and s["bad_rows"] == 0
-    assert sum(s["statistics"][k]["count"] for k in ("train", "validation", "test")) == 344
-    assert 240 < s["statistics"]["train"]["count"] < 310
+    assert s.records == 344 and s.bad_rows == 0
+    assert sum(s.statistics[k]["count"] for k in ("train", "validation", "test")) == 344
+    assert 240 < s.statistics["train"]["count"] < 310
     assert sorted(os.listdir(out)) == [
         "schema.json",
         "summary.json",
@@ -42,13 +42,13 @@ def test_penguins_csv_to_shards_readable_with_written_spec(tmp_path, penguins_cs
     ]
     schema = Schema.from_json(storage.read_text(os.path.join(out, "schema.json")))
     assert schema.label == "species" and schema.label_classes == ["Adelie", "Chinstrap", "Gentoo"]
-    missing = sum(st["features"]["bill_length_mm"]["missing"] for st in s["statistics"].values())
+    missing = sum(st["features"]["bill_length_mm"]["missing"] for st in s.statistics.values())
     assert missing == 2  # the two penguins with no measurements
     rows = read_all(out, "train")
-    assert len(rows) == s["statistics"]["train"]["count"]
+    assert len(rows) == s.statistics["train"]["count"]
     assert {r["species"] for r in rows} == {b"Adelie", b"Chinstrap", b"Gentoo"}
-    assert s["beam_metrics"]["records_written"] == 344
-    assert s["input_fingerprint"]["files"][0]["size"] == os.path.getsize(penguins_csv)
+    assert s.beam_metrics["records_written"] == 344
+    assert s.input_fingerprint["files"][0]["size"] == os.path.getsize(penguins_csv)
     md = storage.read_text(os.path.join(out, "summary.md"))
     assert "| train |" in md and "bill_length_mm" in md
 
@@ -80,7 +80,7 @@ def test_disk_and_beam_shuffles_write_identical_shards(tmp_path):
     run_shard(ShardConfig(input=raw, output=beam, num_shards=5, shuffle="beam"))
     disk = str(tmp_path / "disk")
     s = run_shard(ShardConfig(input=raw, output=disk, num_shards=5, shuffle="disk"))
-    assert s["records"] == 6000
+    assert s.records == 6000
     _same_shards(beam, disk, 15)
     two = str(tmp_path / "two")
     run_shard(
@@ -113,13 +113,13 @@ def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
         fh.write("7,notanumber,a\n1,2\n")
     out = str(tmp_path / "ok")
     s = run_shard(ShardConfig(input=path, output=out, max_bad_fraction=0.05))
-    assert s["records"] == 200 and s["bad_rows"] == 2
+    assert s.records == 200 and s.bad_rows == 2
     dead = list(read_dead_letters(out))
     assert {(d["row"], d["field"]) for d in dead} == {(202, "x"), (203, None)}
     # written by Beam as JSON-lines shards beside the output; the summary names their pattern
-    assert s["dead_letter"] == os.path.join(out, "dead_letter-*-of-*.jsonl")
-    assert s["dead_letter_files"] and all(
-        os.path.isfile(os.path.join(out, n)) for n in s["dead_letter_files"]
+    assert s.dead_letter == os.path.join(out, "dead_letter-*-of-*.jsonl")
+    assert s.dead_letter_files and all(
+        os.path.isfile(os.path.join(out, n)) for n in s.dead_letter_files
     )
     assert "not a number" in dead[0]["reason"] or "not a number" in dead[1]["reason"]
     out2 = str(tmp_path / "strict")
@@ -138,15 +138,15 @@ def test_images_encoded_raw_and_undecodable(tmp_path, digits_dir):
         fh.write(b"this is not a png")
     out = str(tmp_path / "enc")
     s = run_shard(ShardConfig(input=src, output=out, max_bad_fraction=0.01))
-    assert s["records"] == 1797 and s["bad_rows"] == 1
-    assert s["schema"]["label_classes"] == [str(i) for i in range(10)]
+    assert s.records == 1797 and s.bad_rows == 1
+    assert s.schema["label_classes"] == [str(i) for i in range(10)]
     rows = read_all(out, "test")
     assert rows[0]["image"][:4] == b"\x89PNG" and rows[0]["image_height"] == 8
     raw = str(tmp_path / "raw")
     s = run_shard(ShardConfig(input=src, output=raw, image_encoding="raw", image_size=(16, 16)))
     rows = read_all(raw, "validation")
     assert len(rows[0]["image"]) == 16 * 16 * 1
-    assert s["schema"]["features"][0]["shape"] == [16, 16, 1]
+    assert s.schema["features"][0]["shape"] == [16, 16, 1]
 
 
 def test_parquet_text_gzip_and_overwrite(tmp_path):
@@ -162,18 +162,18 @@ def test_parquet_text_gzip_and_overwrite(tmp_path):
         )
     out = str(tmp_path / "pq_out")
     s = run_shard(ShardConfig(input=str(folder), output=out, gzip=True, num_shards=2))
-    assert s["records"] == 150 and s["beam_metrics"]["files_read"] == 3
+    assert s.records == 150 and s.beam_metrics["files_read"] == 3
     assert sorted(n for n in os.listdir(out) if n.startswith("train")) == [
         "train-00000-of-00002.tfrecord.gz",
         "train-00001-of-00002.tfrecord.gz",
     ]
-    assert len(read_all(out, "train", gzip=True)) == s["statistics"]["train"]["count"]
+    assert len(read_all(out, "train", gzip=True)) == s.statistics["train"]["count"]
     with pytest.raises(ShardError, match="not empty"):
         run_shard(ShardConfig(input=str(folder), output=out))
     text = tmp_path / "lines.txt"
     text.write_text("".join(f"sentence number {i}\n" for i in range(40)))
     s = run_shard(ShardConfig(input=str(text), output=out, overwrite=True))
-    assert s["format"] == "text" and s["records"] == 40
+    assert s.format == "text" and s.records == 40
     assert not [n for n in os.listdir(out) if n.endswith(".gz")]
 
 
@@ -206,8 +206,8 @@ def test_writes_to_gcs_emulator(gcs_bucket, jsonl_file):
         "validation-00000-of-00002.tfrecord",
         "validation-00001-of-00002.tfrecord",
     ]
-    assert s["records"] == 200
-    total = sum(x["records"] for x in s["shards"])
+    assert s.records == 200
+    total = sum(x["records"] for x in s.shards)
     assert total == 200
 
 
@@ -237,8 +237,8 @@ def test_a_real_table_with_syntax_errors_in_the_middle_keeps_every_other_row(tmp
     result = run_shard(
         ShardConfig(input=str(dirty), output=out, label="species", max_bad_fraction=0.01)
     )
-    assert result["records"] == len(rows) == 344
-    assert result["bad_rows"] == 3
+    assert result.records == len(rows) == 344
+    assert result.bad_rows == 3
     letters = list(read_dead_letters(out))
     by_row = {d["row"]: d for d in letters}
     # file line numbers: the header is line 1, and each inserted row shifts the later ones
@@ -268,8 +268,8 @@ def test_a_big_file_read_in_ranges_gives_identical_shards(tmp_path, monkeypatch)
     monkeypatch.setattr(sources, "RANGE_BYTES", 2048)
     ranged = str(tmp_path / "ranged")
     b = run_shard(ShardConfig(input=str(path), output=ranged, num_shards=3, label="label"))
-    assert a["beam_metrics"]["input_ranges"] == 1 and b["beam_metrics"]["input_ranges"] > 10
-    assert a["records"] == b["records"] == 3000 and a["bad_rows"] == b["bad_rows"] == 1
+    assert a.beam_metrics["input_ranges"] == 1 and b.beam_metrics["input_ranges"] > 10
+    assert a.records == b.records == 3000 and a.bad_rows == b.bad_rows == 1
     _same_shards(whole, ranged, 9)
     assert list(read_dead_letters(whole)) == list(read_dead_letters(ranged))
 
@@ -305,8 +305,8 @@ def test_every_kind_of_bad_record_in_the_middle_of_a_large_file(tmp_path, monkey
             fh.write(row)
     out = str(tmp_path / "out")
     s = run_shard(ShardConfig(input=str(folder), output=out, label="label", max_bad_fraction=0.01))
-    assert s["records"] == 4000 and s["bad_rows"] == 7
-    assert s["beam_metrics"]["input_ranges"] >= 3  # the big file in ranges, and the empty one
+    assert s.records == 4000 and s.bad_rows == 7
+    assert s.beam_metrics["input_ranges"] >= 3  # the big file in ranges, and the empty one
     letters = sorted(read_dead_letters(out), key=lambda d: (d["file"], d["row"]))
     reasons = [(os.path.basename(d["file"]), d["row"], d["reason"].split(":")[0]) for d in letters]
     assert reasons == [

@@ -41,3 +41,40 @@ def test_decide_respects_direction_and_tolerance():
     assert decide(0.8, 0.81, True, 0.02)[0] == "promote"
     assert decide(0.8, 0.81, True, 0.0)[0] == "hold"
     assert decide(1.0, 0.9, False, 0.0)[0] == "hold"  # mse: lower is better
+
+
+def test_shard_summary_reads_a_summary_written_before_it_was_typed(tmp_path):
+    """summary.json keeps its form: one written before ShardSummary existed (no first_bad_row)
+    loads, and writing it back gives the same keys plus the new one."""
+    import json
+
+    from tfrecord_suite.shard.summary import ShardSummary
+
+    old = {
+        "created": "2026-11-20T10:00:00+00:00",
+        "input": "/data/penguins.csv",
+        "format": "csv",
+        "output": "/out",
+        "splits": "train=80,validation=10,test=10",
+        "key_column": None,
+        "gzip": False,
+        "schema": {"features": [], "label": "species"},
+        "plan": {"config": {}, "splits": {"train": {"num_shards": 1, "reasons": []}}},
+        "shards": [{"split": "train", "index": 0, "path": "/out/train-00000-of-00001.tfrecord"}],
+        "statistics": {"train": {"count": 270}, "test": {"count": 74}},
+        "records": 344,
+        "bad_rows": 0,
+        "rows_read": 344,
+        "dead_letter": None,
+        "dead_letter_files": [],
+        "input_fingerprint": {"digest": "d" * 64, "files": []},
+        "beam_metrics": {"records_written": 344},
+        "seconds": 3.2,
+    }
+    (tmp_path / "summary.json").write_text(json.dumps(old))
+    summary = ShardSummary.load(str(tmp_path))
+    assert summary.records == 344 and summary.split_counts == {"train": 270, "test": 74}
+    assert summary.to_dict() == {**old, "first_bad_row": None}
+    # a hand-made staged folder for `version publish --staged` may hold only its shards
+    minimal = ShardSummary.from_dict({"shards": old["shards"], "gzip": True})
+    assert minimal.gzip and minimal.statistics == {} and minimal.records == 0

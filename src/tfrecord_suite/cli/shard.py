@@ -8,6 +8,7 @@ import click
 
 from tfrecord_suite.cli import options
 from tfrecord_suite.cli.common import emit, friendly_errors, json_option, stdout_for
+from tfrecord_suite.shard.summary import ShardSummary
 
 
 def _shard_config_cls() -> type:
@@ -36,35 +37,31 @@ def shard(as_json: bool, beam_args: tuple[str, ...], **values: Any) -> None:
     emit(_shard_brief(summary) if as_json else summary, as_json, _shard_human)
 
 
-def _shard_brief(s: dict[str, Any]) -> dict[str, Any]:
+def _shard_brief(s: ShardSummary) -> dict[str, Any]:
     return {
-        k: s[k]
-        for k in (
-            "output",
-            "format",
-            "records",
-            "bad_rows",
-            "rows_read",
-            "dead_letter",
-            "seconds",
-            "beam_metrics",
-        )
-    } | {
-        "splits": {k: v["count"] for k, v in s["statistics"].items()},
-        "shards": [x["path"] for x in s["shards"]],
+        "output": s.output,
+        "format": s.format,
+        "records": s.records,
+        "bad_rows": s.bad_rows,
+        "rows_read": s.rows_read,
+        "dead_letter": s.dead_letter,
+        "seconds": s.seconds,
+        "beam_metrics": s.beam_metrics,
+        "splits": s.split_counts,
+        "shards": [x["path"] for x in s.shards],
     }
 
 
-def _shard_human(s: dict[str, Any]) -> str:
+def _shard_human(s: ShardSummary) -> str:
     lines = [
-        f"{s['records']} records ({s['format']}, {s['bad_rows']} bad rows) -> {s['output']} "
-        f"in {s['seconds']:.1f} s"
+        f"{s.records} records ({s.format}, {s.bad_rows} bad rows) -> {s.output} "
+        f"in {s.seconds:.1f} s"
     ]
-    for split, p in s["plan"]["splits"].items():
+    for split, p in s.plan["splits"].items():
         lines.append(
             f"  {split}: {p['records']} records in {p['num_shards']} shard(s) "
             f"[{'; '.join(p['reasons'])}]"
         )
-    if s["dead_letter"]:
-        lines.append(f"  dead letters: {s['dead_letter']}")
+    if s.dead_letter:
+        lines.append(f"  dead letters: {s.dead_letter}")
     return "\n".join(lines)

@@ -132,6 +132,7 @@ def shard_task(
     data; the step re-checks it so data that changed in between is caught, not sharded silently.
     """
     from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
+    from tfrecord_suite.shard.summary import SUMMARY_FILE
 
     _setup_logging()
     with _final_on_bad_input("shard", ShardError):
@@ -160,16 +161,16 @@ def shard_task(
                 beam_args=list(beam_args),
             )
         )
-    for name in ("summary.json", "schema.json"):
+    for name in (SUMMARY_FILE, "schema.json"):
         storage.copy(storage.join(target, name), storage.join(staged.path, name))
     staged.metadata.update(
         {
             "staged_uri": target,
-            "records": result["records"],
-            "bad_rows": result["bad_rows"],
-            "format": result["format"],
-            "input_digest": result["input_fingerprint"]["digest"],
-            "splits": {k: v["count"] for k, v in result["statistics"].items()},
+            "records": result.records,
+            "bad_rows": result.bad_rows,
+            "format": result.format,
+            "input_digest": result.input_fingerprint["digest"],
+            "splits": result.split_counts,
         }
     )
     _write_markdown(summary, summary_markdown(result))

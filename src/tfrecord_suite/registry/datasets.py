@@ -52,6 +52,7 @@ from tfrecord_suite.registry.refs import (
     check_name,
 )
 from tfrecord_suite.schema import Schema, diff_schemas
+from tfrecord_suite.shard.summary import ShardSummary
 
 _LOG = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -435,7 +436,7 @@ class Registry:
 
     def _describe_staged(self, staged: str) -> dict[str, Any]:
         try:
-            summary = json.loads(storage.read_text(storage.join(staged, "summary.json")))
+            summary = ShardSummary.load(staged)
             schema = Schema.from_json(storage.read_text(storage.join(staged, "schema.json")))
         except FileNotFoundError:
             raise RegistryError(
@@ -443,7 +444,7 @@ class Registry:
                 "the shard step"
             ) from None
         shards = []
-        for s in summary["shards"]:
+        for s in summary.shards:
             name = storage.basename(s["path"])
             parsed = naming.parse_shard_name(name)
             if parsed is None:
@@ -484,9 +485,9 @@ class Registry:
             "schema": schema.to_dict(),
             "splits": dict(sorted(splits.items())),
             "shards": shards,
-            "statistics": summary.get("statistics", {}),
-            "input_fingerprint": summary.get("input_fingerprint", {}),
-            "gzip": bool(summary.get("gzip")),
+            "statistics": summary.statistics,
+            "input_fingerprint": summary.input_fingerprint,
+            "gzip": bool(summary.gzip),
             "content_digest": content.hexdigest(),
         }
 

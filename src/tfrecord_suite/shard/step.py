@@ -25,10 +25,10 @@ from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
 from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
 from tfrecord_suite.shard import convert, plan, sources
+from tfrecord_suite.shard.summary import SUMMARY_FILE, ShardSummary
 
 _LOG = logging.getLogger(__name__)
 SCHEMA_FILE = "schema.json"
-SUMMARY_FILE = "summary.json"
 SUMMARY_MD = "summary.md"
 SAMPLE_ROWS = 2000
 SAMPLE_FILES = 8
@@ -310,7 +310,7 @@ class _ShardJob:
     spill: Any = None
 
 
-def run_shard(config: ShardConfig) -> dict[str, Any]:
+def run_shard(config: ShardConfig) -> ShardSummary:
     """Run the shard step end to end: plan -> run the Beam pipeline -> finalize.
 
     Returns:
@@ -402,7 +402,7 @@ def _run_pipeline(config: ShardConfig, job: _ShardJob) -> dict[str, Any]:
 
 def _finalize(
     config: ShardConfig, job: _ShardJob, metrics: dict[str, Any], started: float
-) -> dict[str, Any]:
+) -> ShardSummary:
     """Move shards and dead letters into place; write the schema and the summary."""
 
     def load(name: str) -> Any:
@@ -420,49 +420,46 @@ def _finalize(
 
     schema = _finalize_schema(job.schema, stats)
     records = sum(s["count"] for s in stats.values())
-    summary = {
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "input": config.input,
-        "format": job.fmt,
-        "output": output,
-        "splits": str(job.splits),
-        "key_column": config.key_column,
-        "gzip": config.gzip,
-        "schema": schema.to_dict(),
-        "plan": {"config": dataclasses.asdict(config.plan_config()), "splits": shard_plan},
-        "shards": shards,
-        "statistics": stats,
-        "records": records,
-        "bad_rows": bad_rows,
-        "first_bad_row": dead["first"],
-        "rows_read": records + bad_rows,
-        "dead_letter": storage.join(output, naming.DEAD_LETTER_GLOB) if bad_rows else None,
-        "dead_letter_files": dead_letter_files,
-        "input_fingerprint": input_fingerprint(job.files),
-        "beam_metrics": metrics,
-        "seconds": round(time.monotonic() - started, 3),
-    }
+    summary = ShardSummary(
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        input=config.input,
+        format=job.fmt,
+        output=output,
+        splits=str(job.splits),
+        key_column=config.key_column,
+        gzip=config.gzip,
+        schema=schema.to_dict(),
+        plan={"config": dataclasses.asdict(config.plan_config()), "splits": shard_plan},
+        shards=shards,
+        statistics=stats,
+        records=records,
+        bad_rows=bad_rows,
+        first_bad_row=dead["first"],
+        rows_read=records + bad_rows,
+        dead_letter=storage.join(output, naming.DEAD_LETTER_GLOB) if bad_rows else None,
+        dead_letter_files=dead_letter_files,
+        input_fingerprint=input_fingerprint(job.files),
+        beam_metrics=metrics,
+        seconds=round(time.monotonic() - started, 3),
+    )
     storage.write_text(storage.join(output, SCHEMA_FILE), schema.to_json())
     storage.write_text(storage.join(output, SUMMARY_MD), summary_markdown(summary))
-    storage.write_text(
-        storage.join(output, SUMMARY_FILE), json.dumps(summary, indent=2, sort_keys=True)
-    )
+    storage.write_text(storage.join(output, SUMMARY_FILE), summary.to_json())
     return summary
 
 
-def _check_bad_rows(config: ShardConfig, summary: dict[str, Any]) -> None:
+def _check_bad_rows(config: ShardConfig, summary: ShardSummary) -> None:
     """Fail when the input held no rows or more bad rows than ``max_bad_fraction`` allows."""
-    rows_total, bad_rows = summary["rows_read"], summary["bad_rows"]
-    if rows_total == 0:
+    if summary.rows_read == 0:
         raise ShardError(f"input {config.input!r} holds no rows; nothing to shard")
-    bad_fraction = bad_rows / rows_total
+    bad_fraction = summary.bad_rows / summary.rows_read
     if bad_fraction > config.max_bad_fraction:
-        first = summary["first_bad_row"]
+        first = summary.first_bad_row or {}
         raise ShardError(
-            f"{bad_rows} of {rows_total} rows ({bad_fraction:.1%}) were bad, above "
-            f"--max-bad-fraction {config.max_bad_fraction:g}; first: {first['file']} row "
-            f"{first['row']}: {first['reason']}. Good records were written; see "
-            f"{summary['dead_letter']}"
+            f"{summary.bad_rows} of {summary.rows_read} rows ({bad_fraction:.1%}) were bad, "
+            f"above --max-bad-fraction {config.max_bad_fraction:g}; first: {first.get('file')} "
+            f"row {first.get('row')}: {first.get('reason')}. Good records were written; see "
+            f"{summary.dead_letter}"
         )
 
 
@@ -613,24 +610,24 @@ def _beam_counters(result: Any) -> dict[str, Any]:
     return out
 
 
-def summary_markdown(summary: dict[str, Any]) -> str:
+def summary_markdown(summary: ShardSummary) -> str:
     """A Markdown summary for the Kubeflow UI."""
     lines = [
-        f"# Shards of `{summary['input']}`",
+        f"# Shards of `{summary.input}`",
         "",
-        f"{summary['records']} records from {summary['rows_read']} rows ({summary['format']}), "
-        f"{summary['bad_rows']} bad rows, in {summary['seconds']} s.",
+        f"{summary.records} records from {summary.rows_read} rows ({summary.format}), "
+        f"{summary.bad_rows} bad rows, in {summary.seconds} s.",
         "",
         "| split | records | shards | bytes | shard plan |",
         "|---|---:|---:|---:|---|",
     ]
-    for split, p in summary["plan"]["splits"].items():
-        count = summary["statistics"].get(split, {}).get("count", 0)
-        size = sum(s["bytes"] for s in summary["shards"] if s["split"] == split)
+    for split, p in summary.plan["splits"].items():
+        count = summary.statistics.get(split, {}).get("count", 0)
+        size = sum(s["bytes"] for s in summary.shards if s["split"] == split)
         lines.append(
             f"| {split} | {count} | {p['num_shards']} | {size} | {'; '.join(p['reasons'])} |"
         )
-    schema = summary["schema"]
+    schema = summary.schema
     lines += [
         "",
         "## Features",
@@ -640,20 +637,17 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     ]
     for f in schema["features"]:
         missing = sum(
-            s["features"].get(f["name"], {}).get("missing", 0)
-            for s in summary["statistics"].values()
+            s["features"].get(f["name"], {}).get("missing", 0) for s in summary.statistics.values()
         )
-        train = (
-            next(iter(summary["statistics"].values()), {}).get("features", {}).get(f["name"], {})
-        )
+        train = next(iter(summary.statistics.values()), {}).get("features", {}).get(f["name"], {})
         cells = [_fmt(train.get(k)) for k in ("min", "max", "mean")]
         lines.append(
             f"| {f['name']} | {f['dtype']} | {f['kind']} | {missing} | {' | '.join(cells)} |"
         )
     if schema.get("label"):
         lines += ["", f"Label `{schema['label']}`, classes: {schema.get('label_classes')}"]
-    if summary["bad_rows"]:
-        lines += ["", f"Dead letters: `{summary['dead_letter']}`"]
+    if summary.bad_rows:
+        lines += ["", f"Dead letters: `{summary.dead_letter}`"]
     return "\n".join(lines) + "\n"
 
 
