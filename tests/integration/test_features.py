@@ -247,7 +247,7 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
             probe_steps=0,
         )
     )
-    assert metrics["evaluation"]["test"]["accuracy"] > 0.8
+    assert metrics.evaluation["test"]["accuracy"] > 0.8
     saved = F.load_feature_config(os.path.join(model_dir, F.CONFIG_FILE))
     assert set(saved.features) == set(config["features"])
     fitted = json.load(open(os.path.join(model_dir, F.FITTED_FILE)))
@@ -265,7 +265,7 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
     trained = keras.saving.load_model(os.path.join(model_dir, "model.keras"))
     in_training = np.concatenate([trained.predict_on_batch(x) for x, _ in ds])
     # the serving path: raw serialized examples -> the exported signature
-    serve = tf.saved_model.load(metrics["export_dir"]).signatures["serving_default"]
+    serve = tf.saved_model.load(metrics.export_dir).signatures["serving_default"]
     served = np.concatenate(
         [
             serve(examples=b)["probabilities"].numpy()

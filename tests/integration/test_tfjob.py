@@ -2,12 +2,12 @@
 OpenAPI types, and create/watch/delete/cleanup against a Kubernetes API stand-in (contract test,
 tests/fakes/fakek8s.py). The multi-worker training itself runs for real in tests/integration/test_train.py."""
 
-import json
 import os
 import signal
 
 import pytest
 
+from fakes.chief import write_chief_outputs
 from fakes.fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, train_step, validate_tfjob
 from tfrecord_suite.cli import options
 from tfrecord_suite.io import storage
@@ -202,23 +202,7 @@ def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
         # what the chief writes at the end of a real run (tests/integration/test_train.py runs one)
-        storage.write_text(
-            os.path.join(shared, "metrics.json"),
-            json.dumps(
-                {
-                    "dataset": "digits@1.0.0",
-                    "dataset_digest": "d" * 64,
-                    "export_dir": os.path.join(shared, "export"),
-                    "strategy": "MultiWorkerMirroredStrategy",
-                    "replicas": 3,
-                    "evaluation": {"test": {"accuracy": 0.9}},
-                    "examples_per_second": 123.4,
-                    "model_dir": shared,
-                }
-            ),
-        )
-        storage.write_text(os.path.join(shared, "report.md"), "# report")
-        storage.write_text(os.path.join(shared, "export", "saved_model.pb"), "pb")
+        write_chief_outputs(shared, replicas=3, accuracy=0.9, per_second=123.4)
         storage.write_text(os.path.join(shared, "checkpoints", "ckpt-1"), "stays behind")
         local = tmp_path / "minio" / "mlpipeline" / "run-9" / "model"
         model = Artifact("minio://mlpipeline/run-9/model", path=str(local))

@@ -57,13 +57,13 @@ def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_pat
             probe_steps=10,
         )
     )
-    assert m["evaluation"]["test"]["accuracy"] > 0.6  # 10 balanced classes: chance is 0.1
-    assert len(m["history"]["loss"]) == 6 and m["history"]["loss"][-1] < m["history"]["loss"][0]
-    check = m["serving_check"]
+    assert m.evaluation["test"]["accuracy"] > 0.6  # 10 balanced classes: chance is 0.1
+    assert len(m.history["loss"]) == 6 and m.history["loss"][-1] < m.history["loss"][0]
+    check = m.serving_check
     assert check["examples"] == published_digits["manifest"]["splits"]["test"]["records"]
-    assert abs(check["accuracy"] - m["evaluation"]["test"]["accuracy"]) < 0.05
+    assert abs(check["accuracy"] - m.evaluation["test"]["accuracy"]) < 0.05
     assert np.array(check["confusion_matrix"]).sum() == check["examples"]
-    assert 0 <= m["input"]["input_wait_share"] <= 1
+    assert 0 <= m.input["input_wait_share"] <= 1
     for name in ("metrics.json", "report.md", "report.html", "training_curves.png"):
         assert os.path.exists(os.path.join(model_dir, name)), name
     assert os.listdir(os.path.join(model_dir, "checkpoints"))
@@ -100,7 +100,7 @@ def test_refuses_version_failing_verification(published_digits, tmp_path):
             probe_steps=0,
         )
     )
-    lost = m["bad_records_skipped"]
+    lost = m.bad_records_skipped
     assert 0 < lost <= manifest["shards"][0]["records"]
 
 

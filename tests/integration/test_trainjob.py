@@ -13,6 +13,7 @@ import sys
 import pytest
 import yaml
 
+from fakes.chief import write_chief_outputs
 from fakes.crdschema import RUNTIME_CRD, TRAINJOB_CRD, validate_crd
 from fakes.fakek8s import (
     RUNTIME_YAML,
@@ -24,7 +25,6 @@ from fakes.fakek8s import (
     train_step,
 )
 from tfrecord_suite import images
-from tfrecord_suite.io import storage
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.job import (
     JobCancelled,
@@ -388,23 +388,7 @@ def test_rbac_grants_exactly_what_the_launcher_calls():
 def test_train_task_launches_a_trainjob_on_a_current_cluster(tmp_path, monkeypatch):
     registry = str(tmp_path / "reg")
     shared = os.path.join(registry, "_runs", job_name("run-7"), "model")
-    storage.write_text(
-        os.path.join(shared, "metrics.json"),
-        json.dumps(
-            {
-                "dataset": "digits@1.0.0",
-                "dataset_digest": "d" * 64,
-                "export_dir": os.path.join(shared, "export"),
-                "strategy": "MultiWorkerMirroredStrategy",
-                "replicas": 2,
-                "evaluation": {"test": {"accuracy": 0.8}},
-                "examples_per_second": 10.0,
-                "model_dir": shared,
-            }
-        ),
-    )
-    storage.write_text(os.path.join(shared, "export", "saved_model.pb"), "pb")
-    storage.write_text(os.path.join(shared, "report.md"), "# report")
+    write_chief_outputs(shared, replicas=2, accuracy=0.8, per_second=10.0)
     with FakeKubernetes(Scenario([("Running", ""), ("Succeeded", "")])) as k8s:
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")

@@ -78,3 +78,36 @@ def test_shard_summary_reads_a_summary_written_before_it_was_typed(tmp_path):
     # a hand-made staged folder for `version publish --staged` may hold only its shards
     minimal = ShardSummary.from_dict({"shards": old["shards"], "gzip": True})
     assert minimal.gzip and minimal.statistics == {} and minimal.records == 0
+
+
+def test_train_metrics_keep_metrics_json_unchanged(tmp_path):
+    """metrics.json written before TrainMetrics existed loads, and is written back the same."""
+    import json
+
+    from tfrecord_suite.train.metrics import TrainMetrics
+
+    old = {
+        "dataset": "digits@1.0.0",
+        "dataset_digest": "d" * 64,
+        "strategy": "OneDeviceStrategy",
+        "replicas": 1,
+        "global_batch_size": 32,
+        "epochs": 2,
+        "steps_per_epoch": 40,
+        "history": {"loss": [1.2, 0.7]},
+        "epoch_seconds": [3.1, 2.9],
+        "train_seconds": 6.0,
+        "examples_per_second": 427.0,
+        "evaluation": {"test": {"accuracy": 0.9, "loss": 0.3}},
+        "input": {},
+        "bad_records_skipped": 0,
+        "weights_digest": "w" * 64,
+        "chief": True,
+        "model_dir": "/m",
+        "export_dir": "/m/export",
+    }
+    (tmp_path / "metrics.json").write_text(json.dumps(old))
+    metrics = TrainMetrics.load(str(tmp_path))
+    assert metrics.serving_check is None and metrics.to_dict() == old
+    with_check = TrainMetrics.from_dict({**old, "serving_check": {"accuracy": 0.9}})
+    assert json.loads(with_check.to_json())["serving_check"] == {"accuracy": 0.9}

@@ -28,7 +28,7 @@ def train(as_json: bool, **values: Any) -> None:
     with stdout_for(as_json):
         metrics = run_train(options.build(TrainConfig, values))
     emit(
-        metrics,
+        metrics.to_dict(),
         as_json,
         lambda m: (
             f"trained on {m['dataset']} ({m['strategy']}, {m['replicas']} replicas): "

@@ -312,7 +312,7 @@ def train_task(
             trainer_image,
             keep_failed_tfjob,
         )
-        _copy_model_outputs(result["model_dir"], model.path)
+        _copy_model_outputs(result.model_dir, model.path)
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
 
 
@@ -329,13 +329,13 @@ def _train_in_job(
     run_key: str,
     trainer_image: str,
     keep_failed: bool,
-) -> dict[str, Any]:
+) -> Any:
     """Train in a TrainJob or TFJob whose chief writes under the registry; return its metrics."""
     from tfrecord_suite.cli import options
     from tfrecord_suite.launch.discovery import choose_launcher
     from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name, kubernetes_client
     from tfrecord_suite.registry.refs import DatasetRef
-    from tfrecord_suite.train.trainer import METRICS_FILE
+    from tfrecord_suite.train.metrics import TrainMetrics
 
     name = job_name(run_key)
     shared = storage.join(DatasetRef.parse(config.dataset).root, "_runs", name, "model")
@@ -357,7 +357,7 @@ def _train_in_job(
             keep_on_failure=keep_failed,
         )
     )
-    return json.loads(storage.read_text(storage.join(shared, METRICS_FILE)))
+    return TrainMetrics.load(shared)
 
 
 #: What Kubeflow keeps of a distributed job's model folder: the SavedModel, metrics and reports (the
@@ -375,26 +375,27 @@ def _copy_model_outputs(src: str, dst: str) -> None:
 
 
 def _fill_train_artifacts(
-    result: dict[str, Any], model: Any, metrics: Any, classification_metrics: Any, report: Any
+    result: Any, model: Any, metrics: Any, classification_metrics: Any, report: Any
 ) -> None:
+    """Describe the model and log the metrics of a run (a ``TrainMetrics``) in its artifacts."""
     model.metadata.update(
         {
-            "dataset": result["dataset"],
-            "dataset_digest": result["dataset_digest"],
+            "dataset": result.dataset,
+            "dataset_digest": result.dataset_digest,
             # relative: each step sees the artifact at its own local path
             "export_subdir": EXPORT_SUBDIR,
             "framework": "tensorflow",
-            "strategy": result["strategy"],
-            "replicas": result.get("replicas"),
+            "strategy": result.strategy,
+            "replicas": result.replicas,
         }
     )
-    for split, values in result["evaluation"].items():
+    for split, values in result.evaluation.items():
         for name, value in values.items():
             metrics.log_metric(f"{split}_{name}", round(float(value), 6))
-    metrics.log_metric("examples_per_second", round(result["examples_per_second"], 1))
-    if result.get("input"):
-        metrics.log_metric("input_wait_share", round(result["input"]["input_wait_share"], 4))
-    check = result.get("serving_check")
+    metrics.log_metric("examples_per_second", round(result.examples_per_second, 1))
+    if result.input:
+        metrics.log_metric("input_wait_share", round(result.input["input_wait_share"], 4))
+    check = result.serving_check
     if check:
         classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
     from tfrecord_suite.train.report import REPORT_MD

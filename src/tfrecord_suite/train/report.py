@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 import html
 import io
-from typing import Any
 
 from tfrecord_suite.io import storage
 from tfrecord_suite.schema import Schema
+from tfrecord_suite.train.metrics import TrainMetrics
 
 CURVES_PNG = "training_curves.png"
 REPORT_MD = "report.md"
@@ -40,14 +40,14 @@ def curves_png(history: dict[str, list[float]]) -> bytes:
     return buf.getvalue()
 
 
-def markdown(metrics: dict[str, Any], schema: Schema, png: bytes | None) -> str:
+def markdown(metrics: TrainMetrics, schema: Schema, png: bytes | None) -> str:
     """The report as Markdown (the image inline as a data URI, which the Kubeflow UI renders)."""
     lines = [
-        f"# Training report: {metrics['dataset']}",
+        f"# Training report: {metrics.dataset}",
         "",
-        f"{metrics['strategy']} with {metrics['replicas']} replica(s), global batch "
-        f"{metrics['global_batch_size']}, {metrics['epochs']} epochs of "
-        f"{metrics['steps_per_epoch']} steps, {metrics['examples_per_second']:.0f} "
+        f"{metrics.strategy} with {metrics.replicas} replica(s), global batch "
+        f"{metrics.global_batch_size}, {metrics.epochs} epochs of "
+        f"{metrics.steps_per_epoch} steps, {metrics.examples_per_second:.0f} "
         "examples/s.",
         "",
     ]
@@ -55,20 +55,20 @@ def markdown(metrics: dict[str, Any], schema: Schema, png: bytes | None) -> str:
         "| split | " + " | ".join(_metric_names(metrics)) + " |",
         "|---|" + "---:|" * len(_metric_names(metrics)),
     ]
-    for split, values in metrics["evaluation"].items():
+    for split, values in metrics.evaluation.items():
         lines.append(
             f"| {split} | "
             + " | ".join(f"{values.get(k, float('nan')):.4f}" for k in _metric_names(metrics))
             + " |"
         )
-    probe = metrics.get("input") or {}
+    probe = metrics.input or {}
     if probe:
         lines += [
             "",
             f"Input wait: {probe['input_wait_share']:.1%} of step time; real/synthetic "
             f"step time {probe['real_over_synthetic']:.2f}.",
         ]
-    check = metrics.get("serving_check")
+    check = metrics.serving_check
     if check:
         lines += [
             "",
@@ -87,22 +87,22 @@ def markdown(metrics: dict[str, Any], schema: Schema, png: bytes | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _metric_names(metrics: dict[str, Any]) -> list[str]:
+def _metric_names(metrics: TrainMetrics) -> list[str]:
     names: list[str] = []
-    for values in metrics["evaluation"].values():
+    for values in metrics.evaluation.values():
         names.extend(k for k in values if k not in names)
     return names
 
 
-def write_report(model_dir: str, metrics: dict[str, Any], schema: Schema) -> str:
+def write_report(model_dir: str, metrics: TrainMetrics, schema: Schema) -> str:
     """Write the PNG, ``report.md`` and ``report.html`` into ``model_dir``; return the Markdown."""
-    png = curves_png(metrics["history"]) if metrics["history"] else None
+    png = curves_png(metrics.history) if metrics.history else None
     if png:
         storage.write_bytes(storage.join(model_dir, CURVES_PNG), png)
     text = markdown(metrics, schema, png)
     storage.write_text(storage.join(model_dir, REPORT_MD), text)
     page = (
-        f"<!doctype html><meta charset='utf-8'><title>{html.escape(metrics['dataset'])}"
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(metrics.dataset)}"
         f"</title><pre>{html.escape(text.split('![')[0])}</pre>"
     )
     if png:

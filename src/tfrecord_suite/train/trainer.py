@@ -10,7 +10,6 @@ writes ``metrics.json`` and a report. Only the chief writes exports and metrics.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import tempfile
@@ -24,11 +23,11 @@ from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
+from tfrecord_suite.train.metrics import METRICS_FILE, TrainMetrics
 from tfrecord_suite.train.reader import FeatureDecoder, ReaderConfig, make_dataset
 
 _LOG = logging.getLogger(__name__)
 EXPORT_DIR = "export"
-METRICS_FILE = "metrics.json"
 KERAS_FILE = "model.keras"
 
 
@@ -189,7 +188,7 @@ class _Model:
     feature_state: tuple[Any, Any] | None = None  # (feature config, fitted state)
 
 
-def run_train(config: TrainConfig) -> dict[str, Any]:
+def run_train(config: TrainConfig) -> TrainMetrics:
     """Train, evaluate and export; return the metrics (also in ``<model_dir>/metrics.json``).
 
     Reads as its phases: resolve the input -> build the model -> fit -> evaluate -> export.
@@ -224,31 +223,31 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
             built.transform,
         )
     manifest = data.manifest
-    metrics = {
-        "dataset": f"{manifest['dataset']}@{manifest['version']}",
-        "dataset_digest": manifest["content_digest"],
-        "strategy": type(data.strategy).__name__,
-        "replicas": data.strategy.num_replicas_in_sync,
-        "global_batch_size": data.global_batch,
-        "epochs": config.epochs,
-        "steps_per_epoch": data.steps_per_epoch,
-        "history": {k: [float(x) for x in v] for k, v in history.items()},
-        "epoch_seconds": epoch_seconds,
-        "train_seconds": train_seconds,
-        "examples_per_second": data.steps_per_epoch
+    metrics = TrainMetrics(
+        dataset=f"{manifest['dataset']}@{manifest['version']}",
+        dataset_digest=manifest["content_digest"],
+        strategy=type(data.strategy).__name__,
+        replicas=data.strategy.num_replicas_in_sync,
+        global_batch_size=data.global_batch,
+        epochs=config.epochs,
+        steps_per_epoch=data.steps_per_epoch,
+        history={k: [float(x) for x in v] for k, v in history.items()},
+        epoch_seconds=epoch_seconds,
+        train_seconds=train_seconds,
+        examples_per_second=data.steps_per_epoch
         * data.global_batch
         * len(epoch_seconds)
         / max(sum(epoch_seconds), 1e-9),
-        "evaluation": evaluation,
-        "input": probe,
-        "bad_records_skipped": data.bad_records,
-        "weights_digest": trained_digest,
-        "chief": chief,
-        "model_dir": model_dir,
-        "export_dir": export_dir,
-    }
+        evaluation=evaluation,
+        input=probe,
+        bad_records_skipped=data.bad_records,
+        weights_digest=trained_digest,
+        chief=chief,
+        model_dir=model_dir,
+        export_dir=export_dir,
+    )
     if chief and built.num_classes and data.records("test"):
-        metrics["serving_check"] = serving_evaluation(
+        metrics.serving_check = serving_evaluation(
             export_dir,
             data.files["test"],
             data.schema,
@@ -256,9 +255,7 @@ def run_train(config: TrainConfig) -> dict[str, Any]:
             config.reader.skip_bad_records,
         )
     if chief:
-        storage.write_text(
-            storage.join(model_dir, METRICS_FILE), json.dumps(metrics, indent=2, sort_keys=True)
-        )
+        storage.write_text(storage.join(model_dir, METRICS_FILE), metrics.to_json())
         from tfrecord_suite.train import report
 
         report.write_report(model_dir, metrics, data.schema)
