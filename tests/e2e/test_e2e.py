@@ -77,7 +77,8 @@ def test_cli_run_on_penguins_csv_then_append_a_day(tmp_path, penguins_csv):
     lines = open(penguins_csv).read().splitlines(keepends=True)
     header, rows = lines[0], lines[1:]
     first, second = tmp_path / "day1" / "penguins.csv", tmp_path / "day2" / "penguins.csv"
-    for path, part in ((first, rows[:200]), (second, rows[200:])):
+    # alternate rows: each day holds every species (an append must keep the label classes)
+    for path, part in ((first, rows[0::2]), (second, rows[1::2])):
         path.parent.mkdir()
         path.write_text(header + "".join(part))
     bucket = str(tmp_path / "bucket")
