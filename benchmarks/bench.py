@@ -473,27 +473,27 @@ class ReadVariants:
         ds = ds.rebatch(self.batch_size) if block > 1 else ds.batch(self.batch_size)
         return self._finish(ds.prefetch(tf.data.AUTOTUNE), take, _drain)
 
-    def parse_ceiling(self, take: int | None = None) -> Drained:
-        """``parse_example`` on in-memory windows of the reader's size, cut into batches."""
+    def _windows_parsed(self, parse: Callable[[Any], Any], take: int | None) -> Drained:
+        """``parse`` mapped over in-memory windows of the reader's size, cut into batches."""
         tf = self._tf
         if not self._in_memory:
             records = tf.stack(list(tf.data.TFRecordDataset(self.files).as_numpy_iterator()))
             chunk = min(self.window, int(records.shape[0]))
             whole = (int(records.shape[0]) // chunk) * chunk
             self._in_memory.append(tf.reshape(records[:whole], (-1, chunk)))
-        spec = self.spec
         ds = (
             tf.data.Dataset.from_tensor_slices(self._in_memory[0])
             .repeat()
-            .map(
-                lambda b: tf.io.parse_example(b, spec),
-                num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=False,
-            )
+            .map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
             .rebatch(self.batch_size)
             .prefetch(tf.data.AUTOTUNE)
         )
         return self._finish(ds, take, _drain)
+
+    def parse_ceiling(self, take: int | None = None) -> Drained:
+        """``parse_example`` on in-memory windows of the reader's size, cut into batches."""
+        spec = self.spec
+        return self._windows_parsed(lambda b: self._tf.io.parse_example(b, spec), take)
 
     def parse_decode_ceiling(self, take: int | None = None) -> Drained:
         """``parse_ceiling`` with the reader's decoder (label lookup, shapes) after the parse.
@@ -502,24 +502,11 @@ class ReadVariants:
         """
         from tfrecord_suite.train.reader import FeatureDecoder
 
-        self.parse_ceiling(1)  # loads the records
-        tf = self._tf
-        decoder = FeatureDecoder(self.schema, None, self.reader_config)
-        ds = (
-            tf.data.Dataset.from_tensor_slices(self._in_memory[0])
-            .repeat()
-            .map(decoder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-            .rebatch(self.batch_size)
-            .prefetch(tf.data.AUTOTUNE)
-        )
-        return self._finish(ds, take, _drain)
+        return self._windows_parsed(FeatureDecoder(self.schema, None, self.reader_config), take)
 
     def reader_unshuffled(self, take: int | None = None) -> Drained:
         """The reader with no record shuffle: isolates what shuffling blocks and windows costs."""
-        from tfrecord_suite.train.reader import make_dataset
-
-        config = dataclasses.replace(self.reader_config, shuffle_buffer=0)
-        return _drain(make_dataset(self.files, self.schema, config).take(take or self.batches))
+        return self.reader(take, config=dataclasses.replace(self.reader_config, shuffle_buffer=0))
 
     def naive(self, take: int | None = None) -> Drained:
         """Sequential ``TFRecordDataset`` -> ``parse_single_example`` -> ``batch``."""
@@ -551,11 +538,16 @@ class ReadVariants:
         )
         return _drain(ds.take(take or self.batches))
 
-    def reader(self, take: int | None = None, drain: Callable | None = None) -> Drained:
+    def reader(
+        self,
+        take: int | None = None,
+        drain: Callable | None = None,
+        config: Any = None,
+    ) -> Drained:
         """The suite's reader, :func:`~tfrecord_suite.train.reader.make_dataset`."""
         from tfrecord_suite.train.reader import make_dataset
 
-        ds = make_dataset(self.files, self.schema, self.reader_config)
+        ds = make_dataset(self.files, self.schema, config or self.reader_config)
         return (drain or _drain)(ds.take(take or self.batches))
 
     def variants(self) -> dict[str, Callable[..., Drained]]:

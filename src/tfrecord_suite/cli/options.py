@@ -139,20 +139,20 @@ def build(cls: type, values: dict[str, Any], **extra: Any) -> Any:
     return cls(**kwargs, **extra)
 
 
-def to_args(obj: Any) -> list[str]:
+def to_args(obj: Any, skip: Sequence[str] = ()) -> list[str]:
     """The CLI flags that :func:`dataclass_options` would parse back into ``obj``.
 
-    Only fields that differ from their default are written; ``None`` values are left out.
+    Only fields that differ from their default are written; ``None`` values are left out, and
+    so are the fields named in ``skip`` (a flattened config's fields that get no flag).
     """
     args: list[str] = []
     for field in dataclasses.fields(obj):
+        if field.name in skip:
+            continue
         value = getattr(obj, field.name)
         nested = _flattened(field)
         if nested is not None:
-            for group in _pairs(to_args(value)):
-                name = group[0].lstrip("-").replace("-", "_")
-                if name not in nested[1] and name.removeprefix("no_") not in nested[1]:
-                    args += group
+            args += to_args(value, skip=nested[1])
             continue
         default = None if field.default is dataclasses.MISSING else field.default
         if value is None or (field.default is not dataclasses.MISSING and value == default):
@@ -165,14 +165,3 @@ def to_args(obj: Any) -> list[str]:
         else:
             args += [flag, str(value)]
     return args
-
-
-def _pairs(args: list[str]) -> list[list[str]]:
-    """``to_args`` output, regrouped as one item per flag (a flag and its value, or a switch)."""
-    grouped: list[list[str]] = []
-    for arg in args:
-        if arg.startswith("--"):
-            grouped.append([arg])
-        else:
-            grouped[-1].append(arg)
-    return grouped
