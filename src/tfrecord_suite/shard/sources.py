@@ -488,12 +488,13 @@ def _swallowed(
         text = line(start)[2]
         size, open_quote, i = len(text), text.count('"') % 2 == 1, start + 1
         while open_quote:
+            # the bounds as _csv_records applies them: checked before each further line
+            if i - start >= MAX_RECORD_LINES or size > MAX_RECORD_BYTES:
+                return None
             nxt = line(i)
-            if nxt is None or _marker_error(nxt[2], errors) or i - start >= MAX_RECORD_LINES:
+            if nxt is None or _marker_error(nxt[2], errors):
                 return None
             size += len(nxt[2])
-            if size > MAX_RECORD_BYTES:
-                return None
             open_quote ^= nxt[2].count('"') % 2 == 1
             i += 1
         return i
