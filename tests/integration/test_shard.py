@@ -253,7 +253,7 @@ def test_a_real_table_with_syntax_errors_in_the_middle_keeps_every_other_row(tmp
 def test_a_big_file_read_in_ranges_gives_identical_shards(tmp_path, monkeypatch):
     """One CSV with quoted newlines and bad rows, read whole and read by many workers in ranges:
     the same shards, byte for byte, and the same dead letters."""
-    from tfrecord_suite.shard import sources
+    from tfrecord_suite.shard import ranges
 
     rows = [
         [i, f'"line one\nline two {i}"' if i % 5 == 0 else f"v{i}", "ab"[i % 2]]
@@ -265,7 +265,7 @@ def test_a_big_file_read_in_ranges_gives_identical_shards(tmp_path, monkeypatch)
     path.write_text(text)
     whole = str(tmp_path / "whole")
     a = run_shard(ShardConfig(input=str(path), output=whole, num_shards=3, label="label"))
-    monkeypatch.setattr(sources, "RANGE_BYTES", 2048)
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 2048)
     ranged = str(tmp_path / "ranged")
     b = run_shard(ShardConfig(input=str(path), output=ranged, num_shards=3, label="label"))
     assert a.beam_metrics["input_ranges"] == 1 and b.beam_metrics["input_ranges"] > 10
@@ -279,9 +279,9 @@ def test_every_kind_of_bad_record_in_the_middle_of_a_large_file(tmp_path, monkey
     """An unterminated quote, a stray quote, a short and a long row, bad UTF-8 and a 1 GiB line
     (a sparse file: no disk) in the middle of one CSV read by many workers in ranges, beside an
     empty file: one dead letter each, every good row kept, the threshold on the true count."""
-    from tfrecord_suite.shard import sources
+    from tfrecord_suite.shard import ranges
 
-    monkeypatch.setattr(sources, "RANGE_BYTES", 16 * 1024)
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 16 * 1024)
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "empty.csv").write_bytes(b"")

@@ -3,6 +3,7 @@ only completed bundles count."""
 
 import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,3 +50,14 @@ def test_spilled_records_come_back_sorted_per_shard(tmp_path, monkeypatch):
     assert os.path.isdir(tmp_path / failed.bundle)
     again = sum(len(spill.read_shard(str(tmp_path), bundles, "train", i, 5, 8)) for i in range(5))
     assert again == 200
+
+
+def test_a_spill_file_that_ends_inside_an_entry_is_an_error(tmp_path):
+    writer = spill.SpillWriter(str(tmp_path), 1)
+    digest = convert.key_digest(b"k")
+    writer.add("train", digest, b"a record")
+    writer.flush()
+    path = tmp_path / writer.bundle / "train" / "00000.rec"
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(RuntimeError, match="ends inside an entry at byte 0"):
+        spill.read_shard(str(tmp_path), [writer.bundle], "train", 0, 1, 1)

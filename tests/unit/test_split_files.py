@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tfrecord_suite.io import storage
-from tfrecord_suite.shard import sources
+from tfrecord_suite.shard import ranges, sources
 
 SETTINGS = settings(
     max_examples=120,
@@ -21,7 +21,7 @@ SETTINGS = settings(
 
 
 def _rows_by_ranges(path: str, options: sources.ReadOptions, range_bytes: int):
-    parts = sources.split_file(storage.stat(path), options, range_bytes=range_bytes)
+    parts = ranges.split_file(storage.stat(path), options, range_bytes=range_bytes)
     rows = [r for part in parts for r in sources.read_rows(path, options, part=part)]
     return parts, rows
 
@@ -89,10 +89,56 @@ def test_parquet_splits_at_row_groups(tmp_path):
 def test_small_files_and_stream_encodings_stay_whole(tmp_path):
     path = tmp_path / "f.csv"
     path.write_text("a,b\n1,2\n")
-    assert sources.split_file(storage.stat(str(path)), sources.ReadOptions(format="csv")) == [
+    assert ranges.split_file(storage.stat(str(path)), sources.ReadOptions(format="csv")) == [
         sources.FileRange(str(path))
     ]
     utf16 = tmp_path / "g.csv"
     utf16.write_text("a,b\n" + "1,2\n" * 1000, encoding="utf-16")
     options = sources.ReadOptions(format="csv", encoding="utf-16")
-    assert len(sources.split_file(storage.stat(str(utf16)), options, range_bytes=100)) == 1
+    assert len(ranges.split_file(storage.stat(str(utf16)), options, range_bytes=100)) == 1
+
+
+def _quoted_newlines_csv(tmp_path, rows: int = 400):
+    """Every record holds a quoted field that spans three lines, so most cuts fall inside one."""
+    body = "".join(f'{i},"line one\nline ""two""\nline three",{i % 3}\n' for i in range(rows))
+    path = tmp_path / "multi.csv"
+    path.write_text("n,note,label\n" + body)
+    return str(path)
+
+
+def test_cuts_inside_quoted_fields_settle_without_reading_again(tmp_path):
+    """A cut inside a quoted field is found by the second hypothesis (the field closes at the
+    first line with an odd number of quotes): no range is read twice."""
+    path = _quoted_newlines_csv(tmp_path)
+    options = sources.ReadOptions(format="csv")
+    cuts = ranges.cut_file(storage.stat(path), options, range_bytes=500)
+    probes = [ranges.probe_cut(c, options) for c in cuts]
+    parts, rescans = ranges.settle(probes, options)
+    assert len(cuts) > 20 and rescans == 0
+    assert any(len(p.readings) == 2 for p in probes)
+    whole = list(sources.read_rows(path, options))
+    _same(whole, [r for part in parts for r in sources.read_rows(path, options, part=part)])
+
+
+def test_a_range_no_hypothesis_reached_is_read_again_from_its_true_start(tmp_path, monkeypatch):
+    """The serial fallback: with every guess refused, each range is found by reading it again
+    from the true start the range before gives, and the rows are still those of the whole file."""
+    path = _quoted_newlines_csv(tmp_path)
+    options = sources.ReadOptions(format="csv")
+    monkeypatch.setattr(ranges, "_in_step", lambda probe, start: None)
+    cuts = ranges.cut_file(storage.stat(path), options, range_bytes=700)
+    parts, rescans = ranges.settle([ranges.probe_cut(c, options) for c in cuts], options)
+    assert rescans == len(cuts) - 2  # all but the first cut and the last, which needs no exit
+    whole = list(sources.read_rows(path, options))
+    _same(whole, [r for part in parts for r in sources.read_rows(path, options, part=part)])
+
+
+def test_probes_settle_in_any_order_and_all_are_needed(tmp_path):
+    path = _quoted_newlines_csv(tmp_path, rows=50)
+    options = sources.ReadOptions(format="csv")
+    probes = [
+        ranges.probe_cut(c, options) for c in ranges.cut_file(storage.stat(path), options, 300)
+    ]
+    assert ranges.settle(probes[::-1], options) == ranges.settle(probes, options)
+    with pytest.raises(RuntimeError, match="missing or repeated"):
+        ranges.settle(probes[1:], options)

@@ -102,7 +102,8 @@ class FileRange:
         return self.start == 0 and self.end is None
 
 
-def _open(uri: str) -> IO[bytes]:
+def open_file(uri: str) -> IO[bytes]:
+    """Open ``uri`` for reading bytes (``gs://`` through Beam's ``FileSystems``)."""
     if storage.is_gcs(uri):
         from apache_beam.io.filesystems import FileSystems
 
@@ -250,8 +251,9 @@ def read_rows(
         uri: The file.
         options: Parsing options.
         limit: Stop after this many rows (schema inference samples the first rows).
-        part: Read only this range (from :func:`split_file`); the rows are exactly those that
-            reading the whole file yields from the range, with the same row numbers.
+        part: Read only this range (from :mod:`tfrecord_suite.shard.ranges`); the rows are
+            exactly those that reading the whole file yields from the range, with the same row
+            numbers.
 
     """
     fmt = options.format
@@ -282,14 +284,14 @@ def read_rows(
 
 
 def _is_empty(uri: str) -> bool:
-    with _open(uri) as fh:
+    with open_file(uri) as fh:
         return not fh.read(1)
 
 
 _MARKER = "\0ERR"
 
 
-def _lines(
+def read_lines(
     uri: str, options: ReadOptions, errors: list[str], start: int = 0
 ) -> Iterator[tuple[int, str]]:
     r"""``(byte offset, decoded line)`` from ``start``, so a bad byte costs one row only.
@@ -305,8 +307,8 @@ def _lines(
         return f"{_MARKER}{len(errors) - 1}\n"
 
     limit = options.max_line_bytes
-    if not _byte_lines(options):
-        with _open(uri) as raw:
+    if not byte_lines(options):
+        with open_file(uri) as raw:
             text = io.TextIOWrapper(raw, encoding=options.encoding, newline="")
             try:
                 for line in text:
@@ -314,7 +316,7 @@ def _lines(
             except UnicodeDecodeError as exc:
                 yield -1, marker(_decode_error(options, exc))
         return
-    with _open(uri) as raw:
+    with open_file(uri) as raw:
         if start:
             raw.seek(start)
         offset = start
@@ -335,7 +337,7 @@ def _lines(
                 yield at, marker(_decode_error(options, exc))
 
 
-def _byte_lines(options: ReadOptions) -> bool:
+def byte_lines(options: ReadOptions) -> bool:
     """Whether lines can be found in the raw bytes (ASCII-compatible encodings)."""
     return not codecs.lookup(options.encoding).name.startswith(("utf-16", "utf-32"))
 
@@ -367,17 +369,17 @@ def _csv_records(
 ) -> Iterator[tuple[int, int, RawRow | None]]:
     """``(line, byte offset, row)`` for every record that starts in ``part``.
 
-    The one record assembler: :func:`_read_csv` takes its rows, and :func:`split_file` only its
-    record starts (``rows=False`` skips parsing records of one line, which never change where
-    the next record starts), so a range starts exactly where reading the whole file starts a
-    record.
+    The one record assembler: :func:`_read_csv` takes its rows, and :func:`csv_record_starts`
+    only its record starts (``rows=False`` skips parsing records of one line, which never change
+    where the next record starts), so a range starts exactly where reading the whole file starts
+    a record.
     """
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
     errors: list[str] = []
     header: list[str] | None = None if part.start == 0 else csv_header(uri, options)
     numbered = (
         (part.first_row + i, at, text)
-        for i, (at, text) in enumerate(_lines(uri, options, errors, part.start))
+        for i, (at, text) in enumerate(read_lines(uri, options, errors, part.start))
     )
     pending: list[tuple[int, int, str]] = []  # lines read ahead, to read again (last = next)
 
@@ -543,63 +545,28 @@ def _parse_record(text: str, delimiter: str) -> list[str] | None:
         return None
 
 
-#: Formats a big file of which is read by several workers, in ranges.
+#: Formats a big file of which is read by several workers, in ranges
+#: (:mod:`tfrecord_suite.shard.ranges`).
 SPLITTABLE = ("csv", "tsv", "jsonl", "text", "parquet")
-#: A file is split into ranges of about this size (at most MAX_RANGES of them).
-RANGE_BYTES = 8 * 1024 * 1024
-MAX_RANGES = 4096
 
 
-def split_file(
-    info: storage.FileInfo, options: ReadOptions, range_bytes: int | None = None
-) -> list[FileRange]:
-    """The ranges several workers read ``info`` in, with the rows reading it whole gives.
+def csv_record_starts(
+    uri: str, options: ReadOptions, start: int, first_line: int
+) -> Iterator[tuple[int, int]]:
+    """``(byte offset, line)`` of every record the assembler finds reading from ``start``.
 
-    Line formats are cut about every ``range_bytes`` at a record start: for JSON lines and
-    text, the start of the next line; for CSV/TSV, where the record assembler starts a record
-    when it reads the whole file (a quoted field may hold newlines, so the next line may be in
-    the middle of a record): the file is read once to find those starts, without parsing its
-    one-line records. Parquet is cut at row groups. Small files, other formats and encodings
-    that are not ASCII-compatible are one range. ``range_bytes`` defaults to
-    :data:`RANGE_BYTES`.
+    ``start`` must be a line start; ``first_line`` numbers its line. One-line records are not
+    parsed (they never change where the next record starts), so this is a fast way to find
+    where records start: :mod:`tfrecord_suite.shard.ranges` cuts files at them.
     """
-    fmt = options.format
-    whole = [FileRange(info.uri)]
-    step = max(range_bytes or RANGE_BYTES, -(-info.size // MAX_RANGES))
-    if fmt not in SPLITTABLE or info.size <= step:
-        return whole
-    if fmt == "parquet":
-        return _parquet_ranges(info.uri)
-    if (fmt == "text" and options.text_mode == "file") or not _byte_lines(options):
-        return whole
-    starts = [(0, 1)]
-    if fmt in ("csv", "tsv"):
-        for line_no, at, _ in _csv_records(info.uri, options, FileRange(info.uri), rows=False):
-            if at >= starts[-1][0] + step:
-                starts.append((at, line_no))
-    else:
-        for i, (at, _) in enumerate(_lines(info.uri, options, [])):
-            if at >= starts[-1][0] + step:
-                starts.append((at, i + 1))
-    bounds = [at for at, _ in starts[1:]] + [None]
-    return [
-        FileRange(info.uri, at, end, line) for (at, line), end in zip(starts, bounds, strict=True)
-    ]
+    part = FileRange(uri, start, None, first_line)
+    for line_no, at, _ in _csv_records(uri, options, part, rows=False):
+        yield at, line_no
 
 
-def _parquet_ranges(uri: str) -> list[FileRange]:
-    import pyarrow.parquet as pq
-
-    with _open(uri) as fh:
-        try:
-            meta = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).metadata
-        except Exception:  # a bad file: read whole, where its error becomes a dead letter
-            return [FileRange(uri)]
-    out, row = [], 1
-    for g in range(meta.num_row_groups):
-        out.append(FileRange(uri, g, g + 1, row))
-        row += meta.row_group(g).num_rows
-    return out or [FileRange(uri)]
+def is_error_line(text: str) -> bool:
+    """Whether a line from :func:`read_lines` stands for an unreadable line."""
+    return text.startswith(_MARKER)
 
 
 def _decode_error(options: ReadOptions, exc: UnicodeDecodeError) -> str:
@@ -610,7 +577,7 @@ def csv_header(uri: str, options: ReadOptions) -> list[str]:
     """The column names of a CSV/TSV file (empty if the file is empty)."""
     delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
     errors: list[str] = []
-    lines = (text for _, text in _lines(uri, options, errors))
+    lines = (text for _, text in read_lines(uri, options, errors))
     first = next(csv.reader(lines, delimiter=delimiter), None)
     if not first:
         return []
@@ -623,7 +590,7 @@ def _numbered_lines(
     uri: str, options: ReadOptions, part: FileRange, errors: list[str]
 ) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of the lines that start in ``part``."""
-    for i, (at, line) in enumerate(_lines(uri, options, errors, part.start)):
+    for i, (at, line) in enumerate(read_lines(uri, options, errors, part.start)):
         if part.end is not None and at >= part.end:
             return
         yield part.first_row + i, line
@@ -656,7 +623,7 @@ def _read_jsonl(uri: str, options: ReadOptions, part: FileRange) -> Iterator[Raw
 def _read_parquet(uri: str, part: FileRange) -> Iterator[RawRow]:
     import pyarrow.parquet as pq
 
-    with _open(uri) as fh:
+    with open_file(uri) as fh:
         try:
             pf = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh)
         except Exception as exc:  # pyarrow raises several types for a bad file
@@ -674,21 +641,21 @@ def parquet_columns(uri: str) -> list[str]:
     """Column names of a Parquet file."""
     import pyarrow.parquet as pq
 
-    with _open(uri) as fh:
+    with open_file(uri) as fh:
         return list(
             pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).schema_arrow.names
         )
 
 
 def _read_whole_file(uri: str, field: str) -> Iterator[RawRow]:
-    with _open(uri) as fh:
+    with open_file(uri) as fh:
         data = fh.read()
     yield RawRow(uri, 0, {field: data, "label": image_label(uri)})
 
 
 def _read_text(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRow]:
     if options.text_mode == "file":
-        with _open(uri) as fh:
+        with open_file(uri) as fh:
             data = fh.read()
         try:
             text = data.decode(options.encoding)

@@ -11,22 +11,26 @@ buckets are finer ranges of the same hash, so a shard reads only the few buckets
 the shard files are byte-identical to those Beam's own shuffle produces on any runner.
 
 Retries stay exact: each bundle of work spills under its own id, and only the ids of bundles
-that completed reach the shard writers; a failed attempt's files are ignored.
+that completed reach the shard writers; a failed attempt's files are ignored. So a spill file is
+only ever read whole, by the same job on the same machine, after the bundle that wrote it
+completed: its entries carry a length and the record's hash but no checksum (the shards they
+become are checksummed), and a file that ends inside an entry is an error, never a short shard.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import uuid
-from collections.abc import Iterator
 
-from tfrecord_suite.io import framing
 from tfrecord_suite.shard import convert
 
 #: Bytes of converted records buffered in memory by one writer before they are appended to disk.
 FLUSH_BYTES = 32 * 1024 * 1024
 MAX_BUCKETS = 1024
-_DIGEST = 16  # bytes of a record's hash (convert.record_digest)
+_DIGEST = 16  # bytes of a record's hash (convert.key_digest)
+_LENGTH = struct.Struct("<I")  # an entry: the record's length, its hash, the record
+_HEADER = _LENGTH.size + _DIGEST
 
 
 def bucket_count(estimated_shards: int) -> int:
@@ -76,9 +80,10 @@ class SpillWriter:
         buffer = self._buffers.get(key)
         if buffer is None:
             buffer = self._buffers[key] = bytearray()
-        framed = framing.encode(digest + data)
-        buffer += framed
-        self._buffered += len(framed)
+        buffer += _LENGTH.pack(len(data))
+        buffer += digest
+        buffer += data
+        self._buffered += _HEADER + len(data)
         size = self.sizes.setdefault(split, [0, 0])
         size[0] += 1
         size[1] += len(data)
@@ -107,15 +112,24 @@ def read_shard(
             path = _path(spill_dir, bundle, split, bucket)
             if not os.path.exists(path):
                 continue
-            for entry in _entries(path):
-                digest, data = entry[:_DIGEST], entry[_DIGEST:]
+            for digest, data in _entries(path):
                 if convert.shard_index(digest, num_shards) == index:
                     records.append((digest, data))
     records.sort()
     return records
 
 
-def _entries(path: str) -> Iterator[bytes]:
-    with open(path, "rb", buffering=1024 * 1024) as fh:
-        while (entry := framing.read_record(fh)) is not None:
-            yield entry
+def _entries(path: str) -> list[tuple[bytes, bytes]]:
+    """Every ``(hash, record)`` of one spill file (a bucket holds a fraction of one shard)."""
+    with open(path, "rb") as fh:
+        buffer = fh.read()
+    out, at, size = [], 0, len(buffer)
+    unpack = _LENGTH.unpack_from
+    while at < size:
+        (length,) = unpack(buffer, at) if at + _HEADER <= size else (-1,)
+        start = at + _HEADER
+        if length < 0 or start + length > size:
+            raise RuntimeError(f"spill file {path} ends inside an entry at byte {at}")
+        out.append((buffer[at + _LENGTH.size : start], buffer[start : start + length]))
+        at = start + length
+    return out

@@ -2,7 +2,7 @@
 
 Shape of the graph::
 
-    files -> Reshuffle -> ReadAndConvert -records-> PlanShards (side input)
+    files -> SplitFiles -> ReadAndConvert -records-> PlanShards (side input)
                                 |              +-> AssignShards -> GroupByKey -> WriteShards
                                 +-stats------> MergeStats
                                 +-dead_letter-> CollectDeadLetters
@@ -33,7 +33,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 from tfrecord_suite.io import framing, naming
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard import convert, plan
-from tfrecord_suite.shard.sources import FileRange, ReadOptions, read_rows, split_file
+from tfrecord_suite.shard import ranges as file_ranges
+from tfrecord_suite.shard.sources import FileRange, ReadOptions, read_rows
 from tfrecord_suite.shard.spill import SpillWriter, read_shard
 
 NAMESPACE = "tfrecord_suite.shard"
@@ -189,9 +190,11 @@ class ListInputs(beam.PTransform):
 class SplitFiles(beam.PTransform):
     """Input files -> the ranges workers read them in: a big file is read by many workers.
 
-    Line formats are cut at record starts, Parquet at row groups
-    (:func:`~tfrecord_suite.shard.sources.split_file`); reading the ranges gives exactly the
-    rows, and row numbers, that reading each file whole gives.
+    No worker reads a whole file to cut it: each file is cut at nominal offsets, every cut is
+    probed by a worker of its own, and one cheap step per file settles the probes into ranges
+    that start where reading the whole file starts a record (:mod:`tfrecord_suite.shard.ranges`
+    says how); Parquet is cut at row groups. Reading the ranges gives exactly the rows, and row
+    numbers, that reading each file whole gives.
     """
 
     def __init__(self, read: ReadOptions):
@@ -201,15 +204,39 @@ class SplitFiles(beam.PTransform):
     def expand(self, files: beam.PCollection) -> beam.PCollection:
         read = self._read
         files_read = Metrics.counter(NAMESPACE, "files_read")
+        cuts = Metrics.counter(NAMESPACE, "range_probes")
+        rescans = Metrics.counter(NAMESPACE, "range_rescans")
         ranges = Metrics.counter(NAMESPACE, "input_ranges")
 
-        def split(info: Any) -> Iterator[FileRange]:
+        def cut(info: Any) -> Iterator[Any]:
             files_read.inc()
-            for part in split_file(info, read):
-                ranges.inc()
-                yield part
+            parts = file_ranges.cut_file(info, read)
+            if isinstance(parts[0], file_ranges.Cut):
+                cuts.inc(len(parts))
+                yield from (beam.pvalue.TaggedOutput("cuts", c) for c in parts)
+            else:
+                ranges.inc(len(parts))
+                yield from parts
 
-        return files | "SpreadFiles" >> beam.Reshuffle() | "Split" >> beam.FlatMap(split)
+        def settle(uri_probes: tuple[str, Iterable[file_ranges.Probe]]) -> Iterator[FileRange]:
+            settled, rescanned = file_ranges.settle(uri_probes[1], read)
+            rescans.inc(rescanned)
+            ranges.inc(len(settled))
+            yield from settled
+
+        parts = (
+            files
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "Cut" >> beam.FlatMap(cut).with_outputs("cuts", main="ranges")
+        )
+        settled = (
+            parts.cuts
+            | "SpreadCuts" >> beam.Reshuffle()
+            | "Probe" >> beam.Map(lambda c: (c.uri, file_ranges.probe_cut(c, read)))
+            | "ProbesByFile" >> beam.GroupByKey()
+            | "Settle" >> beam.FlatMap(settle)
+        )
+        return (parts.ranges, settled) | "AllRanges" >> beam.Flatten()
 
 
 class ReadAndConvert(beam.PTransform):
@@ -318,8 +345,11 @@ class _ShardFileWriter(beam.DoFn):
         with FileSystems.create(
             path, mime_type="application/octet-stream", compression_type=compression
         ) as fh:
-            for _, data in records:
-                framing.write_record(fh, data)
+            # one write per batch of framed records: a call per record costs more than framing
+            for i in range(0, len(records), CHUNK_RECORDS):
+                fh.write(
+                    b"".join([framing.encode(data) for _, data in records[i : i + CHUNK_RECORDS]])
+                )
         self.written.inc(len(records))
         self.shards.inc()
         self.bytes.inc(payload_bytes)
