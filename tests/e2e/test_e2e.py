@@ -11,6 +11,7 @@ import pytest
 
 from tfrecord_suite.io import storage
 from tfrecord_suite.kfp.local_run import run_local
+from tfrecord_suite.registry.manifest import Manifest
 from tfrecord_suite.registry.models import ModelRegistry
 
 
@@ -24,8 +25,8 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
         batch_size=32,
         learning_rate=0.003,
     )
-    manifest = json.loads(storage.read_text(os.path.join(r["dataset_uri"], "manifest.json")))
-    test_hist = manifest["statistics"]["test"]["label_histogram"]
+    manifest = Manifest.load(storage.read_text(os.path.join(r["dataset_uri"], "manifest.json")))
+    test_hist = manifest.statistics["test"]["label_histogram"]
     baseline = max(test_hist.values()) / sum(test_hist.values())
     assert r["metrics"]["test_accuracy"] > baseline + 0.4, (r["metrics"], baseline)
     assert r["dataset_ref"].endswith("digits@1.0.0")
@@ -37,11 +38,11 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
         for f in names
         if ".tfrecord" in f
     }
-    assert len(inodes) == manifest["totals"]["shards"]
-    assert manifest["storage"]["shared_bytes"] == 0
+    assert len(inodes) == manifest.totals["shards"]
+    assert manifest.storage["shared_bytes"] == 0
     assert os.path.isfile(os.path.join(r["export_dir"], "saved_model.pb"))
     metrics = json.loads(storage.read_text(r["metrics_file"]))
-    assert metrics["dataset_digest"] == manifest["content_digest"]
+    assert metrics["dataset_digest"] == manifest.content_digest
     # first model: nothing to beat, so it is registered and promoted to `stable`
     assert (r["registered_model"], r["gate"]) == (1, "promote"), r["gate_reason"]
     models = ModelRegistry(str(tmp_path / "bucket" / "registry" / "_models"))
@@ -56,7 +57,7 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
     assert (again["registered_model"], again["gate"]) == (2, "hold"), again["gate_reason"]
     assert models.alias("digits", "stable") == 1 and models.alias("digits", "latest") == 2
     lineage = models.get("digits", 2).manifest["lineage"]
-    assert lineage["dataset_digest"] == manifest["content_digest"]
+    assert lineage["dataset_digest"] == manifest.content_digest
 
 
 def _cli_run(*args: str) -> dict:

@@ -135,7 +135,7 @@ def test_whole_dag_runs_inside_the_component_image(engine, component_image, tmp_
     version = registry.latest("blobs")
     manifest_uri = registry.manifest_uri("blobs", version)
     assert os.stat(manifest_uri).st_uid == 10001
-    assert registry.manifest("blobs", version)["producer"]["image"] == component_image
+    assert registry.manifest("blobs", version).producer["image"] == component_image
     models = ModelRegistry(str(workdir / "registry" / "_models"))
     model = models.get("blobs", 1)
     assert os.stat(os.path.join(model.export_dir, "saved_model.pb")).st_uid == 10001

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import pytest
 
 from tfrecord_suite.io import storage
+from tfrecord_suite.registry.manifest import Manifest
 
 pytestmark = pytest.mark.e2e
 RUN = "components-local-run"
@@ -176,10 +177,10 @@ def test_shard_component_stages_under_the_registry(kfp_local, shard, fingerprint
 
 def test_version_component_publishes(kfp_local, version):
     assert version["ref"] == os.path.join(kfp_local["registry"], "digits@1.0.0")
-    manifest = json.loads(
+    manifest = Manifest.load(
         storage.read_text(os.path.join(kfp_local["registry"], "digits", "1.0.0", "manifest.json"))
     )
-    assert version["digest"] == manifest["content_digest"]
+    assert version["digest"] == manifest.content_digest
     assert version["dataset"].metadata["version"] == "1.0.0"
 
 

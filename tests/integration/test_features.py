@@ -218,7 +218,8 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
     """Raw test examples through the training-time pipeline and through the serving signature."""
     import keras
 
-    from tfrecord_suite.registry.datasets import load_manifest, shard_uris
+    from tfrecord_suite.registry.datasets import shard_uris
+    from tfrecord_suite.registry.manifest import Manifest
     from tfrecord_suite.train.reader import ReaderConfig, make_dataset
     from tfrecord_suite.train.trainer import TrainConfig, run_train
 
@@ -255,9 +256,9 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
     assert fitted["island"]["vocabulary"][0] == "Biscoe"  # most frequent first
 
     uri = published_penguins["uri"]
-    manifest = load_manifest(open(os.path.join(uri, "manifest.json")).read())
+    manifest = Manifest.load(open(os.path.join(uri, "manifest.json")).read())
     files = shard_uris(manifest, uri, "test")
-    schema = Schema.from_dict(manifest["schema"])
+    schema = Schema.from_dict(manifest.schema)
     # the training-time path: reader -> preprocessor as a parallel tf.data map -> trained model
     prep = F.build_preprocessor(F.load_feature_config(str(cfg_path)), fitted, schema)
     reader = ReaderConfig(batch_size=64, shuffle_files=False, cycle_length=1, deterministic=True)
@@ -272,7 +273,7 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
             for b in tf.data.TFRecordDataset(files).batch(64)
         ]
     )
-    assert in_training.shape == served.shape == (manifest["splits"]["test"]["records"], 3)
+    assert in_training.shape == served.shape == (manifest.splits["test"]["records"], 3)
     np.testing.assert_allclose(in_training, served, rtol=1e-5, atol=1e-6)
 
 
@@ -301,5 +302,5 @@ def test_readme_configs_fit_the_demo_data(published_penguins, published_digits):
     assert len(blocks) == 2
     for block, pub in zip(blocks, [published_penguins, published_digits], strict=True):
         reg, name, version = Registry.resolve_ref(pub["ref"])
-        schema = Schema.from_dict(reg.manifest(name, version)["schema"])
+        schema = Schema.from_dict(reg.manifest(name, version).schema)
         F.check_against_schema(F.load_feature_config(block), schema)

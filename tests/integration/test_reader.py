@@ -39,7 +39,7 @@ def ids_seen(manifest, vdir, pipelines, index):
     )
     ds = make_dataset(
         shard_uris(manifest, vdir, "train"),
-        Schema.from_dict(manifest["schema"]),
+        Schema.from_dict(manifest.schema),
         ReaderConfig(batch_size=16),
         input_context=ctx,
     )
@@ -61,11 +61,11 @@ def test_every_example_exactly_once_per_epoch_across_workers(rows_versions, shar
 
 def test_labels_become_indices_and_features_are_batched(rows_versions):
     manifest, vdir = rows_versions[4]
-    ref = f"{os.path.dirname(vdir)}@{manifest['version']}"
+    ref = f"{os.path.dirname(vdir)}@{manifest.version}"
     x, y = next(iter(dataset_for_split(ref, "train", ReaderConfig(batch_size=8, cache="memory"))))
     assert x["x"].shape == (8, 1) and set(x) == {"n", "x"}
     assert y.dtype.name == "int64" and set(y.numpy().tolist()) <= {0, 1, 2}
-    assert manifest["schema"]["label_classes"] == ["0", "1", "2"]
+    assert manifest.schema["label_classes"] == ["0", "1", "2"]
 
 
 def test_reader_refuses_absurd_knobs():
@@ -83,7 +83,7 @@ def epoch_ids(manifest, vdir, config, pipelines=1, index=0):
     )
     ds = make_dataset(
         shard_uris(manifest, vdir, "train"),
-        Schema.from_dict(manifest["schema"]),
+        Schema.from_dict(manifest.schema),
         config,
         input_context=ctx if pipelines > 1 else None,
     )
@@ -146,7 +146,7 @@ def test_autotune_knobs_resolve_once_unless_retune(rows_versions):
     manifest, vdir = rows_versions[4]
     ds = make_dataset(
         shard_uris(manifest, vdir, "train"),
-        Schema.from_dict(manifest["schema"]),
+        Schema.from_dict(manifest.schema),
         ReaderConfig(batch_size=16, retune=True),
     )
     assert ds.options().autotune.enabled is True

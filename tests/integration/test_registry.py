@@ -13,9 +13,9 @@ from tfrecord_suite.registry.datasets import (
     Registry,
     RegistryError,
     VerificationError,
-    load_manifest,
     shard_uri,
 )
+from tfrecord_suite.registry.manifest import Manifest
 from tfrecord_suite.registry.refs import DatasetRef, InvalidName, Version
 from tfrecord_suite.schema import Feature, Schema
 
@@ -78,16 +78,16 @@ def test_publish_bump_rules_and_idempotency(tmp_path):
     reg = Registry(str(tmp_path / "reg"))
     base = make_staged(str(tmp_path / "s0"))
     first = reg.publish(base, "rows")
-    assert (first.version, first.created, first.manifest["bump"]) == ("1.0.0", True, "initial")
+    assert (first.version, first.created, first.manifest.bump) == ("1.0.0", True, "initial")
     again = reg.publish(base, "rows")
     assert (again.version, again.created) == ("1.0.0", False)
     reshard = reg.publish(make_staged(str(tmp_path / "s1"), num_shards=3), "rows")
-    assert (reshard.version, reshard.manifest["bump"]) == ("1.0.1", "patch")
-    assert any("2 -> 3 shards" in r for r in reshard.manifest["bump_reasons"])
+    assert (reshard.version, reshard.manifest.bump) == ("1.0.1", "patch")
+    assert any("2 -> 3 shards" in r for r in reshard.manifest.bump_reasons)
     gz = reg.publish(make_staged(str(tmp_path / "s2"), num_shards=3, gzip=True), "rows")
     assert gz.version == "1.0.2"
     more = reg.publish(make_staged(str(tmp_path / "s3"), n=120), "rows")
-    assert (more.version, more.manifest["bump"]) == ("1.1.0", "minor")
+    assert (more.version, more.manifest.bump) == ("1.1.0", "minor")
     added = Schema(
         [*BASE_SCHEMA.features, Feature("extra", "string", kind="categorical")],
         label="label",
@@ -103,8 +103,8 @@ def test_publish_bump_rules_and_idempotency(tmp_path):
         label_classes=["0", "1"],
     )
     major = reg.publish(make_staged(str(tmp_path / "s5"), schema=changed), "rows")
-    assert (major.version, major.manifest["bump"]) == ("2.0.0", "major")
-    assert any("dtype float32 -> int64" in r for r in major.manifest["bump_reasons"])
+    assert (major.version, major.manifest.bump) == ("2.0.0", "major")
+    assert any("dtype float32 -> int64" in r for r in major.manifest.bump_reasons)
     forced = reg.publish(
         make_staged(str(tmp_path / "s6"), n=50, schema=changed), "rows", bump="major"
     )
@@ -122,8 +122,8 @@ def test_publish_bump_rules_and_idempotency(tmp_path):
     assert str(reg.resolve("rows", "1.0")) == "1.0.2"
     assert str(reg.resolve("rows", "latest")) == "3.0.0"
     m = reg.manifest("rows", "1.1.0")
-    assert m["parent"] == "1.0.2" and m["totals"]["records"] == 150
-    assert all(len(s["sha256"]) == 64 for s in m["shards"])
+    assert m.parent == "1.0.2" and m.totals["records"] == 150
+    assert all(len(s["sha256"]) == 64 for s in m.shards)
     d = reg.diff("rows", "1.0.0", "1.1.0")
     assert d["splits"]["train"] == {"from": 100, "to": 120, "change": 20}
 
@@ -151,7 +151,7 @@ def test_tamper_truncate_and_flip_are_named_by_verify(tmp_path):
     reg = Registry(str(tmp_path / "reg"))
     result = reg.publish(make_staged(str(tmp_path / "s")), "rows")
     assert reg.verify("rows", "1.0.0")["ok"]
-    shards = result.manifest["shards"]
+    shards = result.manifest.shards
     flip = shard_uri(result.manifest, result.uri, shards[0])
     data = bytearray(open(flip, "rb").read())
     data[40] ^= 0xFF
@@ -264,12 +264,12 @@ def test_manifest_loader_rejects_escaping_paths():
             }
         ],
     }
-    load_manifest(json.dumps(good))
+    Manifest.load(json.dumps(good))
     good["shards"][0]["path"] = "../../etc/passwd"
     with pytest.raises(RegistryError, match="escapes"):
-        load_manifest(json.dumps(good))
+        Manifest.load(json.dumps(good))
     with pytest.raises(RegistryError, match="not valid JSON"):
-        load_manifest("{")
+        Manifest.load("{")
 
 
 def test_tfds_reads_a_published_version(published_digits):
@@ -277,7 +277,7 @@ def test_tfds_reads_a_published_version(published_digits):
     builder = tfds.builder_from_directory(published_digits["uri"])
     assert (
         builder.info.splits["train"].num_examples
-        == published_digits["manifest"]["splits"]["train"]["records"]
+        == published_digits["manifest"].splits["train"]["records"]
     )
     ex = next(iter(builder.as_dataset(split="test").take(1)))
     assert ex["image"].shape == (8, 8, 1) and 0 <= int(ex["label"]) < 10

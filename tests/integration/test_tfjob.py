@@ -288,7 +288,7 @@ def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
         out = train_step(
             published_digits["ref"],
             tmp_path,
-            dataset_digest=published_digits["manifest"]["content_digest"],
+            dataset_digest=published_digits["manifest"].content_digest,
             epochs=2,
             batch_size=16,
             workers=2,
@@ -304,5 +304,5 @@ def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
     classes, matrix = cm.logged["confusion"]
     assert (
         len(classes) == 10
-        and sum(map(sum, matrix)) == published_digits["manifest"]["splits"]["test"]["records"]
+        and sum(map(sum, matrix)) == published_digits["manifest"].splits["test"]["records"]
     )

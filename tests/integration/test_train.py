@@ -60,7 +60,7 @@ def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_pat
     assert m.evaluation["test"]["accuracy"] > 0.6  # 10 balanced classes: chance is 0.1
     assert len(m.history["loss"]) == 6 and m.history["loss"][-1] < m.history["loss"][0]
     check = m.serving_check
-    assert check["examples"] == published_digits["manifest"]["splits"]["test"]["records"]
+    assert check["examples"] == published_digits["manifest"].splits["test"]["records"]
     assert abs(check["accuracy"] - m.evaluation["test"]["accuracy"]) < 0.05
     assert np.array(check["confusion_matrix"]).sum() == check["examples"]
     assert 0 <= m.input["input_wait_share"] <= 1
@@ -69,7 +69,7 @@ def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_pat
     assert os.listdir(os.path.join(model_dir, "checkpoints"))
     serve = tf.saved_model.load(os.path.join(model_dir, "export")).signatures["serving_default"]
     manifest = published_digits["manifest"]
-    shard = shard_uri(manifest, published_digits["uri"], manifest["shards"][0])
+    shard = shard_uri(manifest, published_digits["uri"], manifest.shards[0])
     batch = next(iter(tf.data.TFRecordDataset(shard).batch(5)))
     out = serve(examples=batch)
     assert out["probabilities"].shape == (5, 10)
@@ -83,12 +83,12 @@ def test_refuses_version_failing_verification(published_digits, tmp_path):
     shutil.copytree(published_digits["registry"].root, copy)
     manifest = published_digits["manifest"]
     victim = pathlib.Path(
-        shard_uri(manifest, str(copy / "digits" / manifest["version"]), manifest["shards"][0])
+        shard_uri(manifest, str(copy / "digits" / manifest.version), manifest.shards[0])
     )
     data = bytearray(victim.read_bytes())
     data[-3] ^= 0xFF
     victim.write_bytes(bytes(data))
-    ref = f"{copy}/digits@{manifest['version']}"
+    ref = f"{copy}/digits@{manifest.version}"
     with pytest.raises(TrainError, match=r"fails verification.*--skip-bad-records"):
         run_train(TrainConfig(dataset=ref, model_dir=str(tmp_path / "m"), epochs=1))
     m = run_train(
@@ -101,7 +101,7 @@ def test_refuses_version_failing_verification(published_digits, tmp_path):
         )
     )
     lost = m.bad_records_skipped
-    assert 0 < lost <= manifest["shards"][0]["records"]
+    assert 0 < lost <= manifest.shards[0]["records"]
 
 
 def test_mirrored_strategy_over_two_logical_cpus(published_digits, tmp_path):

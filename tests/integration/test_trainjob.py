@@ -439,7 +439,7 @@ def test_train_step_with_two_nodes_trains_through_a_trainjob(
         out = train_step(
             published_digits["ref"],
             tmp_path,
-            dataset_digest=published_digits["manifest"]["content_digest"],
+            dataset_digest=published_digits["manifest"].content_digest,
             epochs=2,
             batch_size=16,
             workers=2,

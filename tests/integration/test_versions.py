@@ -43,7 +43,7 @@ def _records(reg, dataset, version):
     vdir = reg.version_dir(dataset, version)
     return sorted(
         bytes(r.numpy())
-        for split in m["splits"]
+        for split in m.splits
         for r in tf.data.TFRecordDataset(shard_uris(m, vdir, split))
     )
 
@@ -55,11 +55,11 @@ def test_publish_links_instead_of_copying(tmp_path):
     result = reg.publish(staged, "rows")
     assert storage.bytes_copied() - before == 0
     reg.verify("rows", result.version)
-    for s in result.manifest["shards"]:
+    for s in result.manifest.shards:
         published = os.stat(storage.join(reg.dataset_dir("rows"), s["path"]))
         assert published.st_ino == os.stat(os.path.join(staged, s["name"])).st_ino  # one file
-    cost = result.manifest["storage"]
-    assert cost == {"added_bytes": result.manifest["totals"]["bytes"], "shared_bytes": 0}
+    cost = result.manifest.storage
+    assert cost == {"added_bytes": result.manifest.totals["bytes"], "shared_bytes": 0}
 
 
 def test_a_batch_in_the_registry_is_published_in_place(tmp_path):
@@ -78,7 +78,7 @@ def test_a_batch_in_the_registry_is_published_in_place(tmp_path):
         "rows/1.0.0/dataset_info.json",
         "rows/1.0.0/features.json",
     }
-    assert {s["path"].rsplit("/", 1)[0] for s in result.manifest["shards"]} == {"_data/run-1"}
+    assert {s["path"].rsplit("/", 1)[0] for s in result.manifest.shards} == {"_data/run-1"}
 
 
 @pytest.mark.gcs
@@ -108,36 +108,36 @@ def test_append_references_the_parent_and_matches_a_version_from_scratch(tmp_pat
     appended = reg.publish(day2, "rows", append=True)
     assert storage.bytes_copied() - before == 0
     m = appended.manifest
-    assert (appended.version, m["bump"], m["parent"]) == ("1.1.0", "minor", "1.0.0")
-    parent_paths = {s["path"] for s in first.manifest["shards"]}
-    assert parent_paths < {s["path"] for s in m["shards"]}  # the parent's shards, referenced
-    assert m["totals"]["records"] == 400
-    assert m["totals"]["shards"] == 2 * first.manifest["totals"]["shards"]
-    assert m["storage"] == {
-        "added_bytes": m["totals"]["bytes"] - first.manifest["totals"]["bytes"],
-        "shared_bytes": first.manifest["totals"]["bytes"],
+    assert (appended.version, m.bump, m.parent) == ("1.1.0", "minor", "1.0.0")
+    parent_paths = {s["path"] for s in first.manifest.shards}
+    assert parent_paths < {s["path"] for s in m.shards}  # the parent's shards, referenced
+    assert m.totals["records"] == 400
+    assert m.totals["shards"] == 2 * first.manifest.totals["shards"]
+    assert m.storage == {
+        "added_bytes": m.totals["bytes"] - first.manifest.totals["bytes"],
+        "shared_bytes": first.manifest.totals["bytes"],
     }
-    assert m["append"]["parent"] == "1.0.0" and m["append"]["added_records"] == 100
-    for split, s in m["splits"].items():
-        assert s["records"] == sum(x["records"] for x in m["shards"] if x["split"] == split)
-        assert m["statistics"][split]["count"] == s["records"]
+    assert m.append["parent"] == "1.0.0" and m.append["added_records"] == 100
+    for split, s in m.splits.items():
+        assert s["records"] == sum(x["records"] for x in m.shards if x["split"] == split)
+        assert m.statistics[split]["count"] == s["records"]
     reg.verify("rows", "1.1.0")
     # the same records sharded from scratch: other shards, same records and statistics
     scratch = Registry(str(tmp_path / "reg2")).publish(both, "rows").manifest
-    assert scratch["content_digest"] != m["content_digest"]
-    assert scratch["records_digest"] == m["records_digest"]
+    assert scratch.content_digest != m.content_digest
+    assert scratch.records_digest == m.records_digest
     assert _records(reg, "rows", "1.1.0") == _records(
         Registry(str(tmp_path / "reg2")), "rows", "1.0.0"
     )
-    x_train = m["statistics"]["train"]["features"]["x"]
-    assert x_train["mean"] == pytest.approx(scratch["statistics"]["train"]["features"]["x"]["mean"])
-    assert x_train["std"] == pytest.approx(scratch["statistics"]["train"]["features"]["x"]["std"])
+    x_train = m.statistics["train"]["features"]["x"]
+    assert x_train["mean"] == pytest.approx(scratch.statistics["train"]["features"]["x"]["mean"])
+    assert x_train["std"] == pytest.approx(scratch.statistics["train"]["features"]["x"]["std"])
     # appending the same staged data again is idempotent
     again = reg.publish(day2, "rows", append=True)
     assert (again.version, again.created) == ("1.1.0", False)
     card = dataset_card(m, first.manifest)
-    assert f"{m['storage']['added_bytes']} bytes added" in card
-    assert f"{m['storage']['shared_bytes']} bytes shared" in card and "Appended: 1.0.0" in card
+    assert f"{m.storage['added_bytes']} bytes added" in card
+    assert f"{m.storage['shared_bytes']} bytes shared" in card and "Appended: 1.0.0" in card
 
 
 def test_append_refuses_another_schema_or_compression(tmp_path):
@@ -168,7 +168,7 @@ def test_tfds_reads_plain_and_appended_versions_and_gzip_is_refused(tmp_path):
         assert n == total
         assert (
             builder.info.splits["train"].num_examples
-            == reg.manifest("rows", version)["splits"]["train"]["records"]
+            == reg.manifest("rows", version).splits["train"]["records"]
         )
     gz = reg.publish(_shard(tmp_path, "gz", _rows(0, 100), gzip=True), "gzipped")
     assert not os.path.exists(os.path.join(gz.uri, "dataset_info.json"))
@@ -286,9 +286,9 @@ def test_a_format_1_version_reads_verifies_appends_and_is_collected(tmp_path):
     # rewrite 1.0.0 the old way: shards in 1.0.0/data-0ld/, paths relative to the version
     vdir = reg.version_dir("rows", "1.0.0")
     os.makedirs(os.path.join(vdir, "data-0ld"))
-    old = {**new, "format": 1, "shards": []}
+    old = {**new.to_dict(), "format": 1, "shards": []}
     old.pop("storage"), old.pop("records_digest")
-    for s in new["shards"]:
+    for s in new.shards:
         shutil.copyfile(os.path.join(staged, s["name"]), os.path.join(vdir, "data-0ld", s["name"]))
         old["shards"].append({**s, "path": f"data-0ld/{s['name']}"})
     shutil.rmtree(os.path.join(reg.dataset_dir("rows"), "_data"))
@@ -296,7 +296,7 @@ def test_a_format_1_version_reads_verifies_appends_and_is_collected(tmp_path):
     reg.verify("rows", "1.0.0")
     assert "a full copy" in dataset_card(reg.manifest("rows", "1.0.0"))
     appended = reg.publish(_shard(tmp_path, "more", _rows(200, 260)), "rows", append=True)
-    assert any(s["path"].startswith("1.0.0/data-0ld/") for s in appended.manifest["shards"])
+    assert any(s["path"].startswith("1.0.0/data-0ld/") for s in appended.manifest.shards)
     reg.verify("rows", appended.version)
     assert len(_records(reg, "rows", appended.version)) == 260
     reg.gc("rows", keep_last=1, grace_seconds=0)

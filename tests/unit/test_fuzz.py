@@ -8,7 +8,7 @@ import string
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tfrecord_suite.registry.datasets import RegistryError, load_manifest
+from tfrecord_suite.registry.manifest import Manifest, RegistryError
 from tfrecord_suite.schema import infer_tabular_schema
 from tfrecord_suite.shard import convert, sources
 
@@ -91,7 +91,7 @@ json_values = st.recursive(
 )
 def test_manifest_loader_rejects_garbage_with_registry_error(doc):
     try:
-        load_manifest(json.dumps(doc), "m.json")
+        Manifest.load(json.dumps(doc), "m.json")
     except RegistryError as exc:
         assert str(exc).startswith("m.json: ")
 
@@ -100,11 +100,11 @@ def test_manifest_loader_rejects_garbage_with_registry_error(doc):
 @given(st.binary(max_size=200))
 def test_manifest_loader_on_raw_bytes(data):
     try:
-        manifest = load_manifest(data.decode("utf-8", errors="replace"), "m.json")
+        manifest = Manifest.load(data.decode("utf-8", errors="replace"), "m.json")
     except RegistryError as exc:
         assert str(exc).startswith("m.json: ")
     else:
-        assert isinstance(manifest, dict)
+        assert isinstance(manifest, Manifest)
 
 
 _CELL = st.text(alphabet=string.ascii_letters + string.digits + " ,\n\"'", max_size=8)

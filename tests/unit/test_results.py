@@ -111,3 +111,57 @@ def test_train_metrics_keep_metrics_json_unchanged(tmp_path):
     assert metrics.serving_check is None and metrics.to_dict() == old
     with_check = TrainMetrics.from_dict({**old, "serving_check": {"accuracy": 0.9}})
     assert json.loads(with_check.to_json())["serving_check"] == {"accuracy": 0.9}
+
+
+def test_manifest_reads_one_written_before_it_was_typed_and_writes_it_back_unchanged():
+    import json
+    import os
+
+    from tfrecord_suite.registry.manifest import Manifest
+
+    # written by commit c810ea0 (manifests were dicts then), verbatim
+    path = os.path.join(os.path.dirname(__file__), "data", "manifest-written-by-c810ea0.json")
+    text = open(path).read()
+    m = Manifest.load(text, path)
+    assert (m.ref, m.format, m.shards_in_batches, m.compression) == ("small@1.0.0", 2, True, "")
+    assert sum(map(m.split_records, m.splits)) == m.totals["records"]
+    assert m.split_records("nope") == 0
+    assert m.storage == {"added_bytes": m.totals["bytes"], "shared_bytes": 0}
+    assert m.to_json() == json.dumps(json.loads(text), indent=2, sort_keys=True)
+    assert Manifest.from_dict(m.to_dict()) == m
+
+
+def test_a_manifest_from_before_formats_were_numbered_keeps_its_keys():
+    from tfrecord_suite.registry.manifest import Manifest
+
+    old = {  # format 1: no format, storage, records_digest or append keys; shards in the version
+        "dataset": "rows",
+        "version": "1.0.0",
+        "created": "2026-01-01T00:00:00+00:00",
+        "parent": None,
+        "bump": "initial",
+        "bump_reasons": ["first version"],
+        "schema": {"features": [{"name": "x", "dtype": "float32", "kind": "numeric"}]},
+        "splits": {"train": {"records": 2, "bytes": 20, "shards": 1}},
+        "shards": [
+            {
+                "split": "train",
+                "index": 0,
+                "path": "data/train-00000-of-00001.tfrecord",
+                "records": 2,
+                "bytes": 20,
+                "sha256": "ab" * 32,
+            }
+        ],
+        "totals": {"records": 2, "bytes": 20, "shards": 1},
+        "gzip": True,
+        "statistics": {},
+        "input_fingerprint": {},
+        "content_digest": "cd" * 32,
+        "producer": {"package": "tfrecord-suite 0.0.9"},
+        "a_key_from_elsewhere": [1, 2],
+    }
+    m = Manifest.from_dict(old)
+    assert m.format is None and not m.shards_in_batches and m.compression == "GZIP"
+    assert m.storage is None and m.extra == {"a_key_from_elsewhere": [1, 2]}
+    assert m.to_dict() == old

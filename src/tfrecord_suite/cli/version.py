@@ -58,15 +58,15 @@ def version_publish(
     """
     before = storage.bytes_copied()
     result = _registry(root).publish(staged, dataset, bump, append=append)
-    cost = result.manifest.get("storage", {})
+    cost = result.manifest.storage or {}
     out = {
         "dataset": dataset,
         "version": result.version,
         "uri": result.uri,
         "created": result.created,
-        "bump": result.manifest["bump"],
-        "reasons": result.manifest["bump_reasons"],
-        "digest": result.manifest["content_digest"],
+        "bump": result.manifest.bump,
+        "reasons": result.manifest.bump_reasons,
+        "digest": result.manifest.content_digest,
         "added_bytes": cost.get("added_bytes"),
         "shared_bytes": cost.get("shared_bytes"),
         "copied_bytes": storage.bytes_copied() - before,
@@ -115,8 +115,8 @@ def version_show(ref: str, as_json: bool) -> None:
 
     reg, dataset, v = _parse_ref(ref)
     manifest = reg.manifest(dataset, v)
-    parent = reg.manifest(dataset, manifest["parent"]) if manifest.get("parent") else None
-    emit(manifest, as_json, lambda m: dataset_card(m, parent))
+    parent = reg.manifest(dataset, manifest.parent) if manifest.parent else None
+    emit(manifest.to_dict(), as_json, lambda _: dataset_card(manifest, parent))
 
 
 @version.command("verify")

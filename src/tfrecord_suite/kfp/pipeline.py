@@ -4,6 +4,9 @@
 YAML for the Kubeflow UI; both use this function unchanged.
 """
 
+import dataclasses
+from typing import Any
+
 from kfp import dsl
 
 from tfrecord_suite.kfp.components import build_components
@@ -14,6 +17,41 @@ from tfrecord_suite.train.evaluate import GateConfig
 from tfrecord_suite.train.trainer import TrainConfig
 
 PIPELINE_NAME = "tfrecord-suite"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPolicy:
+    """How Kubeflow runs one step of the pipeline.
+
+    Attributes:
+        display_name: The step's name in the Kubeflow UI.
+        retries: Retries of a failed step (its own failures on bad input are final, see
+            :class:`tfrecord_suite.errors.RetryWillNotHelp`); 0 for none.
+        backoff: Wait before the first retry, doubled for each next one.
+        cache: Whether Kubeflow may reuse an earlier run's result.
+
+    """
+
+    display_name: str
+    retries: int = 0
+    backoff: str = "10s"
+    cache: bool = True
+
+
+#: Every step's policy, and why where it is not the default.
+STEPS = {
+    # the input may have changed under the same URI: always look
+    "fingerprint": StepPolicy("Fingerprint input", cache=False),
+    "shard": StepPolicy("Shard to TFRecords (Beam)", retries=2, backoff="30s"),
+    # publishing is idempotent, but a cached result could name a version gc'ed since
+    "version": StepPolicy("Publish dataset version", retries=3, cache=False),
+    "train": StepPolicy("Train (tf.distribute)"),
+    "evaluate": StepPolicy("Evaluate against the stable model", retries=2),
+    # a cached result would skip registering this run
+    "register": StepPolicy("Register model", retries=3, cache=False),
+    "promote": StepPolicy("Promote model", cache=False),
+    "report": StepPolicy("Report"),
+}
 
 
 def build_pipeline(placement: Placement | None = None, deployment: Deployment | None = None):
@@ -28,6 +66,18 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
     deployment = deployment or Deployment()
     images = deployment.images
     ops = build_components(images, train_image=placement.step_image(images))
+
+    def step(name: str, **inputs: Any) -> Any:
+        """Step ``name`` on ``inputs``, run as its :data:`STEPS` policy and the deployment say."""
+        policy = STEPS[name]
+        task = getattr(ops, name)(**inputs).set_display_name(policy.display_name)
+        if policy.retries:
+            task.set_retry(num_retries=policy.retries, backoff_duration=policy.backoff,
+                           backoff_factor=2)  # fmt: skip
+        if not policy.cache:
+            task.set_caching_options(False)
+        deployment.apply(name, task, placement)
+        return task
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
@@ -104,10 +154,9 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             promote_tolerance: How much worse than the baseline still promotes.
 
         """
-        fingerprint = ops.fingerprint(input_uri=input_uri).set_display_name("Fingerprint input")
-        fingerprint.set_caching_options(False)
-        deployment.apply("fingerprint", fingerprint, placement)
-        shard = ops.shard(
+        fingerprint = step("fingerprint", input_uri=input_uri)
+        shard = step(
+            "shard",
             input_uri=input_uri,
             registry_root=registry_root,
             dataset_name=dataset_name,
@@ -124,23 +173,19 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             gzip=gzip,
             max_bad_fraction=max_bad_fraction,
             beam_args=beam_args,
-        ).set_display_name("Shard to TFRecords (Beam)")
-        shard.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2)
-        deployment.apply("shard", shard, placement)
-        version = ops.version(
+        )
+        version = step(
+            "version",
             staged=shard.outputs["staged"],
             registry_root=registry_root,
             dataset_name=dataset_name,
             bump=bump,
             publish_mode=publish_mode,
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        ).set_display_name("Publish dataset version")
-        # publishing is idempotent, but a cached result could name a version gc'ed since: always run
-        version.set_caching_options(False)
-        version.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
-        deployment.apply("version", version, placement)
+        )
         # parameters, not the artifact: the cache key is then the exact version and its digest
-        train = ops.train(
+        train = step(
+            "train",
             dataset_ref=version.outputs["ref"],
             dataset_digest=version.outputs["digest"],
             strategy=strategy,
@@ -156,48 +201,39 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             keep_failed_tfjob=keep_failed_tfjob,
             trainer_image=placement.trainer_image(images),
             launcher=launcher,
-        ).set_display_name("Train (tf.distribute)")
-        deployment.apply("train", train, placement)
+        )
         apply_placement(placement, train)
-        evaluate = ops.evaluate(
-            dataset=version.outputs["dataset"],
-            model=train.outputs["model"],
-            model_registry=model_registry,
-            model_name=model_name,
+        trained = {"dataset": version.outputs["dataset"], "model": train.outputs["model"]}
+        registries = {"model_registry": model_registry, "model_name": model_name}
+        evaluate = step(
+            "evaluate",
+            **trained,
+            **registries,
             baseline_alias=promote_alias,
             tolerance=promote_tolerance,
-        ).set_display_name("Evaluate against the stable model")
-        evaluate.set_retry(num_retries=2, backoff_duration="10s", backoff_factor=2)
-        deployment.apply("evaluate", evaluate, placement)
-        register = ops.register(
-            dataset=version.outputs["dataset"],
-            model=train.outputs["model"],
+        )
+        register = step(
+            "register",
+            **trained,
+            **registries,
             evaluation=evaluate.outputs["evaluation"],
-            model_registry=model_registry,
-            model_name=model_name,
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        ).set_display_name("Register model")
-        register.set_caching_options(False)  # a cached result would skip registering this run
-        register.set_retry(num_retries=3, backoff_duration="10s", backoff_factor=2)
-        deployment.apply("register", register, placement)
+        )
         with dsl.If(evaluate.outputs["Output"] == "promote", name="gate-at-least-as-good"):
-            promote = ops.promote(
+            step(
+                "promote",
+                **registries,
                 registered=register.outputs["registered"],
                 evaluation=evaluate.outputs["evaluation"],
-                model_registry=model_registry,
-                model_name=model_name,
                 alias=promote_alias,
-            ).set_display_name("Promote model")
-            promote.set_caching_options(False)
-            deployment.apply("promote", promote, placement)
-        report = ops.report(
-            dataset=version.outputs["dataset"],
-            model=train.outputs["model"],
+            )
+        report = step(
+            "report",
+            **trained,
             metrics=train.outputs["metrics"],
             evaluation=evaluate.outputs["evaluation"],
             registered=register.outputs["registered"],
-        ).set_display_name("Report")
-        deployment.apply("report", report, placement)
+        )
         return report.outputs["Output"]
 
     return tfrecord_suite_pipeline

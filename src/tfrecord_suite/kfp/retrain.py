@@ -31,7 +31,7 @@ def input_changed(input_uri: str, registry_root: str, dataset: str) -> tuple[boo
     latest = reg.latest(dataset)
     if latest is None:
         return True, f"{dataset} has no version in {reg.root} yet"
-    previous = reg.manifest(dataset, latest).get("input_fingerprint", {}).get("digest")
+    previous = reg.manifest(dataset, latest).input_fingerprint.get("digest")
     if previous == current:
         return False, f"input unchanged since {dataset}@{latest} (fingerprint {current[:12]})"
     return True, (

@@ -120,12 +120,52 @@ def submit_pipeline(
     """
     import kfp
 
-    from tfrecord_suite import __version__
-    from tfrecord_suite.kfp.compile import compile_pipeline
-
     check_submission(params, pipeline_root, schedule)
     client = client or kfp.Client(host=host)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    pipeline_id, version_id = _upload(client, pipeline_name, stamp, placement, deployment)
+    exp = client.create_experiment(experiment)
+    out: dict[str, Any] = {
+        "pipeline_id": pipeline_id,
+        "version_id": version_id,
+        "experiment_id": exp.experiment_id,
+    }
+    # what a run and a recurring run of this version share
+    common = {
+        "experiment_id": exp.experiment_id,
+        "job_name": run_name or f"{pipeline_name}-{stamp}",
+        "pipeline_id": pipeline_id,
+        "version_id": version_id,
+        "params": params,
+        "pipeline_root": pipeline_root,
+        "service_account": service_account or None,
+    }
+    if schedule:
+        job = client.create_recurring_run(
+            **common, cron_expression=schedule, max_concurrency=1, no_catchup=True
+        )
+        out["recurring_run_id"] = job.recurring_run_id
+        return out
+    run = client.run_pipeline(**common)
+    out["run_id"] = run.run_id
+    if wait:
+        done = client.wait_for_run_completion(run.run_id, timeout=timeout)
+        out["state"] = str(done.state)
+    return out
+
+
+def _upload(
+    client: Any, pipeline_name: str, stamp: str, placement: Any, deployment: Any
+) -> tuple[str, str]:
+    """Compile and upload the pipeline: a new pipeline, or a new version of the existing one.
+
+    Returns:
+        The pipeline's ID and the uploaded version's.
+
+    """
+    from tfrecord_suite import __version__
+    from tfrecord_suite.kfp.compile import compile_pipeline
+
     with tempfile.TemporaryDirectory() as tmp:
         package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"), placement, deployment)
         pipeline_id = client.get_pipeline_id(pipeline_name)
@@ -133,47 +173,9 @@ def submit_pipeline(
             pipeline = client.upload_pipeline(
                 package, pipeline_name=pipeline_name, description="tfrecord-suite pipeline"
             )
-            pipeline_id = pipeline.pipeline_id
-            versions = client.list_pipeline_versions(pipeline_id).pipeline_versions or []
-            version_id = versions[0].pipeline_version_id
-        else:
-            version = client.upload_pipeline_version(
-                package, pipeline_version_name=f"{__version__}-{stamp}", pipeline_id=pipeline_id
-            )
-            version_id = version.pipeline_version_id
-    exp = client.create_experiment(experiment)
-    name = run_name or f"{pipeline_name}-{stamp}"
-    out: dict[str, Any] = {
-        "pipeline_id": pipeline_id,
-        "version_id": version_id,
-        "experiment_id": exp.experiment_id,
-    }
-    if schedule:
-        job = client.create_recurring_run(
-            experiment_id=exp.experiment_id,
-            job_name=name,
-            cron_expression=schedule,
-            pipeline_id=pipeline_id,
-            version_id=version_id,
-            params=params,
-            max_concurrency=1,
-            no_catchup=True,
-            pipeline_root=pipeline_root,
-            service_account=service_account or None,
+            versions = client.list_pipeline_versions(pipeline.pipeline_id).pipeline_versions or []
+            return pipeline.pipeline_id, versions[0].pipeline_version_id
+        version = client.upload_pipeline_version(
+            package, pipeline_version_name=f"{__version__}-{stamp}", pipeline_id=pipeline_id
         )
-        out["recurring_run_id"] = job.recurring_run_id
-        return out
-    run = client.run_pipeline(
-        experiment_id=exp.experiment_id,
-        job_name=name,
-        pipeline_id=pipeline_id,
-        version_id=version_id,
-        params=params,
-        pipeline_root=pipeline_root,
-        service_account=service_account or None,
-    )
-    out["run_id"] = run.run_id
-    if wait:
-        done = client.wait_for_run_completion(run.run_id, timeout=timeout)
-        out["state"] = str(done.state)
-    return out
+        return pipeline_id, version.pipeline_version_id

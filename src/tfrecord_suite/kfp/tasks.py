@@ -218,19 +218,19 @@ def version_task(
             "version": result.version,
             "ref": f"{storage.join(registry.root, dataset_name)}@{result.version}",
             "version_uri": result.uri,
-            "digest": m["content_digest"],
+            "digest": m.content_digest,
             "created": result.created,
-            "records": m["totals"]["records"],
-            "splits": {k: v["records"] for k, v in m["splits"].items()},
-            "parent": m["parent"],
+            "records": m.totals["records"],
+            "splits": {k: v["records"] for k, v in m.splits.items()},
+            "parent": m.parent,
         }
     )
-    parent = registry.manifest(dataset_name, m["parent"]) if m["parent"] else None
+    parent = registry.manifest(dataset_name, m.parent) if m.parent else None
     card_text = dataset_card(m, parent)
     _write_markdown(card, card_text)
-    storage.write_text(storage.join(dataset.path, "manifest.json"), json.dumps(m, indent=2))
+    storage.write_text(storage.join(dataset.path, "manifest.json"), m.to_json())
     storage.write_text(storage.join(dataset.path, "card.md"), card_text)
-    return dataset.metadata["ref"], m["content_digest"]
+    return dataset.metadata["ref"], m.content_digest
 
 
 def train_task(
@@ -268,21 +268,10 @@ def train_task(
     the run under the dataset registry (the nodes cannot reach this pod's disk), and the export,
     metrics and report are then copied into ``model.path``.
     """
-    from tfrecord_suite.registry.datasets import resolve_dataset
-    from tfrecord_suite.train.trainer import TrainConfig, TrainError
+    from tfrecord_suite.train.trainer import TrainConfig
 
     _setup_logging()
-    with _final_on_bad_input("train", TrainError):
-        if workers < 1:
-            raise UserError(f"workers must be at least 1, got {workers}")
-        if dataset_digest:
-            manifest, _ = resolve_dataset(dataset_ref)
-            if manifest["content_digest"] != dataset_digest:
-                raise TrainError(
-                    f"{dataset_ref} has content digest {manifest['content_digest'][:16]}..., "
-                    f"expected {dataset_digest[:16]}...: the reference no longer names the data "
-                    "this run published"
-                )
+    _check_train_inputs(dataset_ref, dataset_digest, workers)
     config = TrainConfig(
         dataset=dataset_ref,
         model_dir=model.path,
@@ -294,10 +283,7 @@ def train_task(
         model_fn=model_fn or None,
         feature_config=feature_config,
     )
-    where = _placement(placement)
-    if launcher and launcher != where.launcher:
-        with _final_on_bad_input("train"):
-            where = dataclasses.replace(where, launcher=launcher)
+    where = _placement(placement, launcher)
     if workers == 1 and not where.launch_job:
         from tfrecord_suite.train.trainer import run_train
 
@@ -316,10 +302,33 @@ def train_task(
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
 
 
-def _placement(text: str) -> Any:
+def _check_train_inputs(dataset_ref: str, dataset_digest: str, workers: int) -> None:
+    """Refuse, as a final failure, a worker count below 1 or a reference to other data."""
+    from tfrecord_suite.registry.datasets import resolve_dataset
+    from tfrecord_suite.train.trainer import TrainError
+
+    with _final_on_bad_input("train", TrainError):
+        if workers < 1:
+            raise UserError(f"workers must be at least 1, got {workers}")
+        if dataset_digest:
+            manifest, _ = resolve_dataset(dataset_ref)
+            if manifest.content_digest != dataset_digest:
+                raise TrainError(
+                    f"{dataset_ref} has content digest {manifest.content_digest[:16]}..., "
+                    f"expected {dataset_digest[:16]}...: the reference no longer names the data "
+                    "this run published"
+                )
+
+
+def _placement(text: str, launcher: str = "") -> Any:
+    """The placement JSON says, with ``launcher`` (when given) in place of its own."""
     from tfrecord_suite.launch.placement import Placement
 
-    return Placement.from_json(text)
+    where = Placement.from_json(text)
+    if launcher and launcher != where.launcher:
+        with _final_on_bad_input("train"):
+            where = dataclasses.replace(where, launcher=launcher)
+    return where
 
 
 def _train_in_job(

@@ -44,6 +44,7 @@ from tfrecord_suite import __version__
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
 from tfrecord_suite.registry import store
+from tfrecord_suite.registry.manifest import MANIFEST_FORMAT, Manifest, RegistryError
 from tfrecord_suite.registry.refs import (
     DatasetRef,
     InvalidName,
@@ -60,18 +61,11 @@ REMOVED = "removed.json"
 ALIASES = "aliases"
 DATA = "_data"
 
-#: 2: shard paths are relative to the dataset's folder (batches under ``_data/``); 1: to the
-#: version's folder (shards copied into it).
-MANIFEST_FORMAT = 2
 _PUBLISH_ATTEMPTS = 20
 #: How long data no manifest references is kept before ``gc`` removes it, and so how long a
 #: publish may take from reading its inputs to creating its manifest. A batch staged in place
 #: is only published in place while it is younger than half of this.
 DATA_GRACE_SECONDS = 7 * 24 * 3600.0
-
-
-class RegistryError(UserError, RuntimeError):
-    """A registry operation cannot proceed; the message says why."""
 
 
 class BumpRefused(RegistryError):
@@ -155,7 +149,7 @@ class PublishResult:
 
     version: str
     uri: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     created: bool
     attempts: int
 
@@ -205,7 +199,7 @@ class Registry:
         versions = self.versions(dataset)
         return versions[-1] if versions else None
 
-    def manifest(self, dataset: str, version: str | Version) -> dict[str, Any]:
+    def manifest(self, dataset: str, version: str | Version) -> Manifest:
         """A version's manifest.
 
         Raises:
@@ -214,7 +208,7 @@ class Registry:
         """
         uri = self.manifest_uri(dataset, version)
         try:
-            return load_manifest(storage.read_text(uri), uri)
+            return Manifest.load(storage.read_text(uri), uri)
         except FileNotFoundError:
             raise RegistryError(f"{dataset}@{version} does not exist in {self.root}") from None
 
@@ -386,7 +380,7 @@ class Registry:
             while storage.exists(storage.join(self.version_dir(dataset, version), REMOVED)):
                 version = version.bump("patch")  # gc removed this number: never reuse it
             manifest = self._manifest(dataset, version, parent, kind, reasons, content, producer)
-            return store.Proposal(version, self.manifest_uri(dataset, version), manifest)
+            return store.Proposal(version, self.manifest_uri(dataset, version), manifest.to_dict())
 
         won = store.publish_next(propose, _PUBLISH_ATTEMPTS, dataset, RegistryError)
         if isinstance(won, PublishResult):
@@ -395,10 +389,11 @@ class Registry:
                 storage.delete_tree(batch_uri)
             return won
         vdir = self.version_dir(dataset, won.version)
+        manifest = Manifest.from_dict(won.manifest, self.manifest_uri(dataset, won.version))
         # only the winner writes beside its manifest: a loser must not touch the folder
-        self._write_tfds_metadata(vdir, won.manifest)
+        self._write_tfds_metadata(vdir, manifest)
         self.set_alias(dataset, "latest", won.version, only_forward=True)
-        return PublishResult(str(won.version), vdir, won.manifest, True, attempts)
+        return PublishResult(str(won.version), vdir, manifest, True, attempts)
 
     def _already_published(
         self, dataset: str, body: dict[str, Any], append: bool, attempt: int = 1
@@ -407,9 +402,9 @@ class Registry:
         for v in reversed(self.versions(dataset)):
             m = self.manifest(dataset, v)
             same = (
-                m.get("append", {}).get("added_digest") == body["content_digest"]
+                (m.append or {}).get("added_digest") == body["content_digest"]
                 if append
-                else m.get("content_digest") == body["content_digest"]
+                else m.content_digest == body["content_digest"]
             )
             if same:
                 _LOG.info("%s@%s already holds this content; nothing published", dataset, v)
@@ -420,7 +415,7 @@ class Registry:
         self,
         dataset: str,
         parent: Version | None,
-        parent_manifest: dict[str, Any] | None,
+        parent_manifest: Manifest | None,
         body: dict[str, Any],
         bump: str,
     ) -> tuple[str | None, list[str]]:
@@ -524,45 +519,45 @@ class Registry:
         reasons: list[str],
         content: dict[str, Any],
         producer: dict[str, Any] | None,
-    ) -> dict[str, Any]:
+    ) -> Manifest:
         shards = content["shards"]
-        return {
-            "format": MANIFEST_FORMAT,
-            "dataset": dataset,
-            "version": str(version),
-            "created": store.now(),
-            "parent": str(parent) if parent else None,
-            "bump": kind or "initial",
-            "bump_reasons": reasons,
-            "schema": content["schema"],
-            "splits": content["splits"],
-            "shards": sorted(shards, key=lambda s: (s["split"], s["index"])),
-            "totals": {
+        return Manifest(
+            format=MANIFEST_FORMAT,
+            dataset=dataset,
+            version=str(version),
+            created=store.now(),
+            parent=str(parent) if parent else None,
+            bump=kind or "initial",
+            bump_reasons=reasons,
+            schema=content["schema"],
+            splits=content["splits"],
+            shards=sorted(shards, key=lambda s: (s["split"], s["index"])),
+            totals={
                 "records": sum(s["records"] for s in shards),
                 "bytes": sum(s["bytes"] for s in shards),
                 "shards": len(shards),
             },
-            "gzip": content["gzip"],
-            "statistics": content["statistics"],
-            "input_fingerprint": content["input_fingerprint"],
-            "content_digest": content["content_digest"],
-            "records_digest": records_digest(content),
-            "storage": content["storage"],
-            **({"append": content["append"]} if "append" in content else {}),
-            "producer": {
+            gzip=content["gzip"],
+            statistics=content["statistics"],
+            input_fingerprint=content["input_fingerprint"],
+            content_digest=content["content_digest"],
+            records_digest=records_digest(content),
+            storage=content["storage"],
+            append=content.get("append"),
+            producer={
                 "package": f"tfrecord-suite {__version__}",
                 "git_commit": _git_commit(),
                 **(producer or {}),
             },
-        }
+        )
 
     # ---------------------------------------------------------------------- TFDS metadata
 
-    def _write_tfds_metadata(self, vdir: str, manifest: dict[str, Any]) -> None:
+    def _write_tfds_metadata(self, vdir: str, manifest: Manifest) -> None:
         """Write ``dataset_info.json``/``features.json`` so TFDS can read the version."""
         from tfrecord_suite.registry import tfds_meta
 
-        tfds_meta.write(vdir, manifest, [shard_uri(manifest, vdir, s) for s in manifest["shards"]])
+        tfds_meta.write(vdir, manifest, [shard_uri(manifest, vdir, s) for s in manifest.shards])
 
     # ------------------------------------------------------------------------------- checks
 
@@ -576,7 +571,7 @@ class Registry:
         manifest = self.manifest(dataset, version)
         vdir = self.version_dir(dataset, version)
         problems, bad = [], []
-        for s in manifest["shards"]:
+        for s in manifest.shards:
             uri = shard_uri(manifest, vdir, s)
             n_before = len(problems)
             try:
@@ -606,8 +601,8 @@ class Registry:
         return {
             "dataset": dataset,
             "version": str(version),
-            "shards": len(manifest["shards"]),
-            "records": manifest["totals"]["records"],
+            "shards": len(manifest.shards),
+            "records": manifest.totals["records"],
             "ok": True,
         }
 
@@ -616,15 +611,14 @@ class Registry:
         ma, mb = self.manifest(dataset, a), self.manifest(dataset, b)
         kind, reasons = required_bump(ma, mb)
         splits = {}
-        for name in sorted(set(ma["splits"]) | set(mb["splits"])):
-            ra = ma["splits"].get(name, {}).get("records", 0)
-            rb = mb["splits"].get(name, {}).get("records", 0)
+        for name in sorted(set(ma.splits) | set(mb.splits)):
+            ra, rb = ma.split_records(name), mb.split_records(name)
             splits[name] = {"from": ra, "to": rb, "change": rb - ra}
         return {
             "dataset": dataset,
             "from": str(a),
             "to": str(b),
-            "schema": diff_schemas(Schema.from_dict(ma["schema"]), Schema.from_dict(mb["schema"])),
+            "schema": diff_schemas(Schema.from_dict(ma.schema), Schema.from_dict(mb.schema)),
             "splits": splits,
             "bump_needed": kind,
             "reasons": reasons,
@@ -685,7 +679,7 @@ class Registry:
             gone = removed_at is not None and time.time() - removed_at >= grace_seconds
             if not gone:
                 vdir = self.version_dir(dataset, name)
-                needed |= {_batch_of(shard_uri(m, vdir, s)) for s in m["shards"]}
+                needed |= {_batch_of(shard_uri(m, vdir, s)) for s in m.shards}
         for batch in self._batches(dataset):
             if batch in needed:
                 continue
@@ -700,9 +694,9 @@ class Registry:
         # an empty version folder stays: a publisher may be creating its manifest right now
         return report
 
-    def _remove_version(self, dataset: str, version: Version, manifest: dict[str, Any]) -> None:
+    def _remove_version(self, dataset: str, version: Version, manifest: Manifest) -> None:
         vdir = self.version_dir(dataset, version)
-        body = {"version": str(version), "removed": store.now(), "manifest": manifest}
+        body = {"version": str(version), "removed": store.now(), "manifest": manifest.to_dict()}
         storage.create_if_absent(
             storage.join(vdir, REMOVED), json.dumps(body, indent=2, sort_keys=True).encode()
         )
@@ -713,19 +707,20 @@ class Registry:
 
     def _manifest_or_tombstone(
         self, dataset: str, version: str
-    ) -> tuple[dict[str, Any] | None, float | None]:
+    ) -> tuple[Manifest | None, float | None]:
         """A version's manifest and, when gc removed it, when (seconds since the epoch)."""
         vdir = self.version_dir(dataset, version)
+        tombstone = storage.join(vdir, REMOVED)
         try:
-            return load_manifest(storage.read_text(storage.join(vdir, MANIFEST))), None
+            return Manifest.load(storage.read_text(storage.join(vdir, MANIFEST))), None
         except FileNotFoundError:
             pass
         try:
-            removed = json.loads(storage.read_text(storage.join(vdir, REMOVED)))
+            removed = json.loads(storage.read_text(tombstone))
         except FileNotFoundError:
             return None, None
         when = dt.datetime.fromisoformat(removed["removed"]).timestamp()
-        return removed["manifest"], when
+        return Manifest.from_dict(removed["manifest"], tombstone), when
 
     def _batches(self, dataset: str) -> list[str]:
         """Every folder shards are kept in: batches, and format-1 versions' attempt folders."""
@@ -775,12 +770,16 @@ def _batch_of(uri: str) -> str:
     return storage.parent(uri)
 
 
-def _age_base(manifest: dict[str, Any]) -> float:
-    return dt.datetime.fromisoformat(manifest["created"]).timestamp()
+def _age_base(manifest: Manifest) -> float:
+    return dt.datetime.fromisoformat(manifest.created).timestamp()
 
 
-def required_bump(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[str | None, list[str]]:
-    """The smallest bump from manifest ``old`` to the staged/published ``new`` and why.
+def required_bump(
+    old: Manifest | None, new: Manifest | dict[str, Any]
+) -> tuple[str | None, list[str]]:
+    """The smallest bump from manifest ``old`` to ``new``, and why.
+
+    ``new`` is a manifest, or staged shards as :meth:`Registry.publish` describes them.
 
     Returns:
         ``("major" | "minor" | "patch", reasons)``; ``(None, reasons)`` when there is no parent
@@ -789,13 +788,15 @@ def required_bump(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[str 
     """
     if old is None:
         return None, ["first version"]
-    diff = diff_schemas(Schema.from_dict(old["schema"]), Schema.from_dict(new["schema"]))
+    if isinstance(new, Manifest):
+        new = new.to_dict()
+    diff = diff_schemas(Schema.from_dict(old.schema), Schema.from_dict(new["schema"]))
     if diff["breaking"]:
         return "major", diff["breaking"]
     reasons = list(diff["compatible"])
     records_changed = []
-    for split in sorted(set(old["splits"]) | set(new["splits"])):
-        a = old["splits"].get(split, {})
+    for split in sorted(set(old.splits) | set(new["splits"])):
+        a = old.splits.get(split, {})
         b = new["splits"].get(split, {})
         if a.get("records_digest") != b.get("records_digest"):
             records_changed.append(
@@ -803,85 +804,36 @@ def required_bump(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[str 
             )
     if reasons or records_changed:
         return "minor", reasons + records_changed
-    if old.get("content_digest") == new.get("content_digest"):
+    if old.content_digest == new.get("content_digest"):
         return None, ["identical content"]
     layout = []
     for split in sorted(new["splits"]):
-        a = old["splits"].get(split, {}).get("shards")
+        a = old.splits.get(split, {}).get("shards")
         b = new["splits"][split]["shards"]
         if a != b:
             layout.append(f"split {split!r}: {a} -> {b} shards")
-    if bool(old.get("gzip")) != bool(new.get("gzip")):
-        layout.append(f"gzip {bool(old.get('gzip'))} -> {bool(new.get('gzip'))}")
+    if old.gzip != bool(new.get("gzip")):
+        layout.append(f"gzip {old.gzip} -> {bool(new.get('gzip'))}")
     return "patch", layout or ["same records and schema, different serialization"]
 
 
-def load_manifest(text: str, where: str = "manifest") -> dict[str, Any]:
-    """Parse and sanity-check a manifest.
-
-    Raises:
-        RegistryError: Naming the manifest and the missing or malformed field.
-
-    """
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RegistryError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise RegistryError(f"{where}: expected a JSON object")
-    for key, kind in (
-        ("dataset", str),
-        ("version", str),
-        ("shards", list),
-        ("splits", dict),
-        ("schema", dict),
-        ("content_digest", str),
-        ("totals", dict),
-    ):
-        if not isinstance(data.get(key), kind):
-            raise RegistryError(f"{where}: field {key!r} missing or not a {kind.__name__}")
-    try:
-        Version.parse(data["version"])
-        check_name(data["dataset"])
-        Schema.from_dict(data["schema"])
-    except (InvalidName, ValueError) as exc:
-        raise RegistryError(f"{where}: {exc}") from None
-    for i, s in enumerate(data["shards"]):
-        if not isinstance(s, dict) or not isinstance(s.get("path"), str):
-            raise RegistryError(f"{where}: shards[{i}] needs a path")
-        parts = s["path"].split("/")
-        if s["path"].startswith("/") or ".." in parts or "" in parts:
-            raise RegistryError(
-                f"{where}: shards[{i}] path {s['path']!r} escapes the version folder"
-            )
-        for key in ("records", "bytes"):
-            if not isinstance(s.get(key), int) or s[key] < 0:
-                raise RegistryError(f"{where}: shards[{i}].{key} must be a non-negative integer")
-        if not isinstance(s.get("sha256"), str):
-            raise RegistryError(f"{where}: shards[{i}].sha256 missing")
-    return data
-
-
-def shard_uris(manifest: dict[str, Any], version_dir: str, split: str) -> list[str]:
+def shard_uris(manifest: Manifest, version_dir: str, split: str) -> list[str]:
     """Full URIs of one split's shards, in shard order."""
-    shards = sorted(
-        (s for s in manifest["shards"] if s["split"] == split), key=lambda s: s["index"]
-    )
+    shards = sorted((s for s in manifest.shards if s["split"] == split), key=lambda s: s["index"])
     if not shards:
         raise RegistryError(
-            f"{manifest['dataset']}@{manifest['version']} has no split {split!r} "
-            f"(splits: {sorted(manifest['splits'])})"
+            f"{manifest.ref} has no split {split!r} (splits: {sorted(manifest.splits)})"
         )
     return [shard_uri(manifest, version_dir, s) for s in shards]
 
 
-def shard_uri(manifest: dict[str, Any], version_dir: str, shard: dict[str, Any]) -> str:
+def shard_uri(manifest: Manifest, version_dir: str, shard: dict[str, Any]) -> str:
     """Where one shard of a manifest is.
 
     Its path is relative to the dataset's folder (format 2) or to the version's folder (format 1,
     shards copied into the version).
     """
-    base = storage.parent(version_dir) if manifest.get("format", 1) >= 2 else version_dir
+    base = storage.parent(version_dir) if manifest.shards_in_batches else version_dir
     return storage.join(base, shard["path"])
 
 
@@ -908,32 +860,32 @@ def _fresh_content(body: dict[str, Any], batch: str) -> dict[str, Any]:
 def _appended(
     dataset: str,
     parent: Version | None,
-    parent_manifest: dict[str, Any] | None,
+    parent_manifest: Manifest | None,
     body: dict[str, Any],
     batch: str,
 ) -> tuple[str, list[str], dict[str, Any]]:
     """The bump, reasons and content of ``parent`` plus the staged shards in ``batch``."""
     if parent is None or parent_manifest is None:
         raise RegistryError(f"cannot append to {dataset}: it has no version yet; publish one first")
-    if _without_defaults(parent_manifest["schema"]) != _without_defaults(body["schema"]):
+    if _without_defaults(parent_manifest.schema) != _without_defaults(body["schema"]):
         diff = diff_schemas(
-            Schema.from_dict(parent_manifest["schema"]), Schema.from_dict(body["schema"])
+            Schema.from_dict(parent_manifest.schema), Schema.from_dict(body["schema"])
         )
         raise RegistryError(
             f"cannot append to {dataset}@{parent}: the staged schema differs "
             f"({'; '.join(diff['breaking'] + diff['compatible']) or 'labels or encoding'}); "
             "publish it as a new version instead"
         )
-    if bool(parent_manifest.get("gzip")) != body["gzip"]:
+    if parent_manifest.gzip != body["gzip"]:
         raise RegistryError(
             f"cannot append to {dataset}@{parent}: its shards are "
-            f"{'' if parent_manifest.get('gzip') else 'not '}GZIP-compressed and the staged ones "
+            f"{'' if parent_manifest.gzip else 'not '}GZIP-compressed and the staged ones "
             f"{'are' if body['gzip'] else 'are not'}"
         )
-    in_version = parent_manifest.get("format", 1) < 2  # format 1: paths inside the version
+    in_version = not parent_manifest.shards_in_batches  # format 1: paths inside the version
     old = [
         {**s, "path": f"{parent}/{s['path']}" if in_version else s["path"]}
-        for s in parent_manifest["shards"]
+        for s in parent_manifest.shards
     ]
     new = [{**s, "path": f"{batch}/{s['name']}"} for s in body["shards"]]
     shards = []
@@ -942,9 +894,9 @@ def _appended(
         mine += sorted((s for s in new if s["split"] == split), key=lambda s: s["index"])
         shards += [{**s, "index": i, "num_shards": len(mine)} for i, s in enumerate(mine)]
     splits = {}
-    for name in sorted(set(parent_manifest["splits"]) | set(body["splits"])):
+    for name in sorted(set(parent_manifest.splits) | set(body["splits"])):
         none = {"records": 0, "bytes": 0, "shards": 0, "records_digest": "0"}
-        a, b = parent_manifest["splits"].get(name, none), body["splits"].get(name, none)
+        a, b = parent_manifest.splits.get(name, none), body["splits"].get(name, none)
         digest = (int(a["records_digest"], 16) + int(b["records_digest"], 16)) % 2**256
         splits[name] = {
             "records": a["records"] + b["records"],
@@ -952,7 +904,7 @@ def _appended(
             "shards": a["shards"] + b["shards"],
             "records_digest": f"{digest:064x}",
         }
-    content_digest = hashlib.sha256(json.dumps(parent_manifest["schema"], sort_keys=True).encode())
+    content_digest = hashlib.sha256(json.dumps(parent_manifest.schema, sort_keys=True).encode())
     for s in sorted(shards, key=lambda s: s["path"]):
         content_digest.update(f"{s['path']}:{s['sha256']}\n".encode())
     added = sum(s["bytes"] for s in new)
@@ -961,17 +913,17 @@ def _appended(
     ]
     content = {
         # the parent's: its imputation defaults, which the staged data's may differ from
-        "schema": parent_manifest["schema"],
+        "schema": parent_manifest.schema,
         "splits": splits,
         "shards": shards,
-        "statistics": merge_statistics(parent_manifest.get("statistics", {}), body["statistics"]),
+        "statistics": merge_statistics(parent_manifest.statistics, body["statistics"]),
         "input_fingerprint": body["input_fingerprint"],
         "gzip": body["gzip"],
         "content_digest": content_digest.hexdigest(),
         "storage": {"added_bytes": added, "shared_bytes": sum(s["bytes"] for s in old)},
         "append": {
             "parent": str(parent),
-            "parent_content_digest": parent_manifest["content_digest"],
+            "parent_content_digest": parent_manifest.content_digest,
             "added_digest": body["content_digest"],
             "added_records": sum(s["records"] for s in new),
             "added_shards": len(new),
@@ -1036,16 +988,16 @@ def _git_commit() -> str | None:
     return None
 
 
-def iter_versions(reg: Registry, dataset: str) -> Iterator[dict[str, Any]]:
+def iter_versions(reg: Registry, dataset: str) -> Iterator[Manifest]:
     """Manifests of every version, newest first."""
     for v in reversed(reg.versions(dataset)):
         yield reg.manifest(dataset, v)
 
 
-def resolve_dataset(ref: str) -> tuple[dict[str, Any], str]:
+def resolve_dataset(ref: str) -> tuple[Manifest, str]:
     """``(manifest, version folder)`` for a dataset reference or a version folder."""
     direct = storage.join(storage.normalize(ref), "manifest.json")
     if "@" not in ref and storage.exists(direct):
-        return load_manifest(storage.read_text(direct), direct), storage.normalize(ref)
+        return Manifest.load(storage.read_text(direct), direct), storage.normalize(ref)
     reg, dataset, version = Registry.resolve_ref(ref)
     return reg.manifest(dataset, version), reg.version_dir(dataset, version)

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from tfrecord_suite.io import naming, storage
+from tfrecord_suite.registry.manifest import Manifest
 
 _LOG = logging.getLogger(__name__)
 #: The version's folder of links TFDS reads through.
@@ -44,13 +45,13 @@ def tfds_features(schema: dict[str, Any]) -> Any:
     return tfds.features.FeaturesDict(feats)
 
 
-def write(version_dir: str, manifest: dict[str, Any], shard_uris: list[str]) -> bool:
+def write(version_dir: str, manifest: Manifest, shard_uris: list[str]) -> bool:
     """Write ``dataset_info.json``, ``features.json`` and the ``tfds/`` view into ``version_dir``.
 
     Args:
         version_dir: The version's folder.
         manifest: Its manifest.
-        shard_uris: Where each of ``manifest["shards"]`` is, in the same order.
+        shard_uris: Where each of ``manifest.shards`` is, in the same order.
 
     Returns:
         Whether the metadata was written (False when TFDS is not installed, or cannot read this
@@ -68,11 +69,11 @@ def write(version_dir: str, manifest: dict[str, Any], shard_uris: list[str]) -> 
         return False
     view = os.path.join(version_dir, VIEW)
     splits = []
-    for name, info in manifest["splits"].items():
+    for name, info in manifest.splits.items():
         mine = sorted(
             (
                 (s, uri)
-                for s, uri in zip(manifest["shards"], shard_uris, strict=True)
+                for s, uri in zip(manifest.shards, shard_uris, strict=True)
                 if s["split"] == name
             ),
             key=lambda p: p[0]["index"],
@@ -93,15 +94,15 @@ def write(version_dir: str, manifest: dict[str, Any], shard_uris: list[str]) -> 
         from tensorflow_datasets.core.utils import version as version_lib
 
         identity = dataset_info.DatasetIdentity(
-            name=manifest["dataset"],
-            version=version_lib.Version(manifest["version"]),
+            name=manifest.dataset,
+            version=version_lib.Version(manifest.version),
             data_dir=version_dir,
             module_name="",
         )
         info = dataset_info.DatasetInfo(
             builder=identity,
-            features=tfds_features(manifest["schema"]),
-            description=f"{manifest['dataset']} {manifest['version']} (tfrecord-suite)",
+            features=tfds_features(manifest.schema),
+            description=f"{manifest.dataset} {manifest.version} (tfrecord-suite)",
         )
         info.set_file_format(file_adapters.FileFormat.TFRECORD)
         info.set_splits(split_lib.SplitDict(splits))
@@ -112,9 +113,9 @@ def write(version_dir: str, manifest: dict[str, Any], shard_uris: list[str]) -> 
     return True
 
 
-def unreadable_reason(version_dir: str, manifest: dict[str, Any]) -> str:
+def unreadable_reason(version_dir: str, manifest: Manifest) -> str:
     """Why TFDS cannot read this version ("" when it can)."""
-    if manifest.get("gzip"):
+    if manifest.gzip:
         return (
             "its shards are GZIP-compressed and TFDS's TFRecord adapter opens files without a "
             "compression type; publish without --gzip to read it with TFDS"
@@ -127,13 +128,13 @@ def unreadable_reason(version_dir: str, manifest: dict[str, Any]) -> str:
     return ""
 
 
-def _template(version_dir: str, manifest: dict[str, Any], split: str | None = None) -> Any:
+def _template(version_dir: str, manifest: Manifest, split: str | None = None) -> Any:
     import tensorflow_datasets as tfds
 
     return tfds.core.ShardedFileTemplate(
         data_dir=version_dir,
         template=VIEW + "/{SPLIT}-{SHARD_X_OF_Y}.tfrecord",
-        dataset_name=manifest["dataset"],
+        dataset_name=manifest.dataset,
         split=split,
         filetype_suffix="tfrecord",
     )

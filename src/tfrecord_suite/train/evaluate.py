@@ -188,22 +188,22 @@ def run_gate(config: GateConfig) -> GateDecision:
     from tfrecord_suite.registry.models import ModelRegistry
 
     manifest, vdir = resolve_dataset(config.dataset)
-    if not manifest["splits"].get(config.split, {}).get("records"):
+    if not manifest.split_records(config.split):
         raise UserError(
-            f"{manifest['dataset']}@{manifest['version']} has no records in split "
-            f"{config.split!r} to evaluate on (splits: {', '.join(manifest['splits'])})"
+            f"{manifest.ref} has no records in split "
+            f"{config.split!r} to evaluate on (splits: {', '.join(manifest.splits)})"
         )
-    schema = Schema.from_dict(manifest["schema"])
+    schema = Schema.from_dict(manifest.schema)
     files = shard_uris(manifest, vdir, config.split)
-    compression = "GZIP" if manifest.get("gzip") else ""
+    compression = manifest.compression
     candidate = score(config.export_dir, files, schema, compression)
     registry = ModelRegistry(config.model_registry)
     baseline_model = registry.resolve(config.model_name, config.baseline_alias)
     result = GateDecision(
         decision=HOLD,
         reason="",
-        dataset=f"{manifest['dataset']}@{manifest['version']}",
-        dataset_digest=manifest["content_digest"],
+        dataset=manifest.ref,
+        dataset_digest=manifest.content_digest,
         split=config.split,
         metric=candidate["metric"],
         higher_is_better=candidate["higher_is_better"],

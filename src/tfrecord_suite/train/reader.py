@@ -531,9 +531,9 @@ def dataset_for_split(ref: str, split: str, config: ReaderConfig, **kwargs: Any)
     files = shard_uris(manifest, reg.version_dir(dataset, version), split)
     return make_dataset(
         files,
-        Schema.from_dict(manifest["schema"]),
+        Schema.from_dict(manifest.schema),
         config,
-        statistics=manifest.get("statistics"),
-        compression="GZIP" if manifest.get("gzip") else "",
+        statistics=manifest.statistics,
+        compression=manifest.compression,
         **kwargs,
     )

@@ -19,6 +19,7 @@ from typing import Any
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
 from tfrecord_suite.registry.datasets import resolve_dataset, shard_uri, shard_uris
+from tfrecord_suite.registry.manifest import Manifest
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
@@ -150,7 +151,7 @@ class _EpochTimer:
 class _Input:
     """What the run reads, resolved once: the version, its splits' files and the batch sizes."""
 
-    manifest: dict[str, Any]
+    manifest: Manifest
     schema: Schema
     files: dict[str, list[str]]
     compression: str
@@ -162,16 +163,16 @@ class _Input:
     @property
     def splits(self) -> dict[str, Any]:
         """The manifest's splits."""
-        return self.manifest["splits"]
+        return self.manifest.splits
 
     @property
     def statistics(self) -> dict[str, Any]:
         """The manifest's statistics."""
-        return self.manifest.get("statistics", {})
+        return self.manifest.statistics
 
     def records(self, split: str) -> int:
         """Records in ``split`` (0 when it does not exist)."""
-        return self.splits.get(split, {}).get("records", 0)
+        return self.manifest.split_records(split)
 
 
 @dataclasses.dataclass
@@ -224,8 +225,8 @@ def run_train(config: TrainConfig) -> TrainMetrics:
         )
     manifest = data.manifest
     metrics = TrainMetrics(
-        dataset=f"{manifest['dataset']}@{manifest['version']}",
-        dataset_digest=manifest["content_digest"],
+        dataset=manifest.ref,
+        dataset_digest=manifest.content_digest,
         strategy=type(data.strategy).__name__,
         replicas=data.strategy.num_replicas_in_sync,
         global_batch_size=data.global_batch,
@@ -269,12 +270,12 @@ def _resolve_input(config: TrainConfig) -> _Input:
     import keras
 
     keras.utils.set_random_seed(config.seed)
-    schema = Schema.from_dict(manifest["schema"])
-    name = f"{manifest['dataset']}@{manifest['version']}"
+    schema = Schema.from_dict(manifest.schema)
+    name = manifest.ref
     if schema.label is None:
         raise TrainError(f"{name} has no label to train on")
     bad_records = _verify(manifest, vdir, config)
-    splits = manifest["splits"]
+    splits = manifest.splits
     if "train" not in splits or not splits["train"]["records"]:
         raise TrainError(f"{name} has no training records")
     replicas = strategy.num_replicas_in_sync
@@ -290,7 +291,7 @@ def _resolve_input(config: TrainConfig) -> _Input:
         manifest=manifest,
         schema=schema,
         files={s: shard_uris(manifest, vdir, s) for s in splits},
-        compression="GZIP" if manifest.get("gzip") else "",
+        compression=manifest.compression,
         bad_records=bad_records,
         strategy=strategy,
         global_batch=global_batch,
@@ -512,14 +513,14 @@ def weights_digest(model: Any) -> str:
     return digest.hexdigest()
 
 
-def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
+def _verify(manifest: Manifest, vdir: str, config: TrainConfig) -> int:
     from tfrecord_suite.registry.datasets import Registry, VerificationError
 
     if not config.verify:
         return 0
     reg = Registry(storage.parent(storage.parent(vdir)))
     try:
-        reg.verify(manifest["dataset"], manifest["version"])
+        reg.verify(manifest.dataset, manifest.version)
     except VerificationError as exc:
         if not config.reader.skip_bad_records:
             raise TrainError(
@@ -539,12 +540,12 @@ def _verify(manifest: dict[str, Any], vdir: str, config: TrainConfig) -> int:
     return 0
 
 
-def _readable_records(uri: str, manifest: dict[str, Any]) -> int:
+def _readable_records(uri: str, manifest: Manifest) -> int:
     import tensorflow as tf
 
     if not storage.exists(uri):
         return 0
-    ds = tf.data.TFRecordDataset(uri, compression_type="GZIP" if manifest.get("gzip") else "")
+    ds = tf.data.TFRecordDataset(uri, compression_type=manifest.compression)
     return int(ds.ignore_errors().reduce(0, lambda n, _: n + 1))
 
 
