@@ -104,6 +104,10 @@ def test_disk_shuffle_needs_a_local_runner(tmp_path):
         input="gs://b/raw", output="gs://b/o", beam_args=["--runner=DataflowRunner"]
     ).uses_disk_shuffle()
     assert ShardConfig(input="a", output="b").uses_disk_shuffle()
+    # the FnApiRunner named outright (no Prism attempt) is a runner on this machine too
+    local = ShardConfig(input=str(tmp_path), output="out", beam_args=["--runner=FnApiRunner"])
+    local.validate()
+    assert local.uses_disk_shuffle()
 
 
 def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
@@ -209,6 +213,34 @@ def test_writes_to_gcs_emulator(gcs_bucket, jsonl_file):
     assert s.records == 200
     total = sum(x["records"] for x in s.shards)
     assert total == 200
+
+
+@pytest.mark.gcs
+def test_a_csv_on_gcs_is_cut_and_probed_in_ranges_like_a_local_one(
+    tmp_path, gcs_bucket, monkeypatch
+):
+    """Probes seek into the object (gs:// through Beam's FileSystems): the same rows, row numbers
+    and dead letters as reading the local copy whole."""
+    from tfrecord_suite.shard import ranges, sources
+
+    body = "".join(
+        f'{i},"note {i}\nsecond line",{i % 3}\n' if i % 5 else f"{i},plain,{i % 3}\n"
+        for i in range(400)
+    )
+    text = "n,note,label\n" + body.replace("\n200,", '\n"unterminated,1\n200,')
+    local = tmp_path / "quoted.csv"
+    local.write_text(text)
+    remote = f"{gcs_bucket}/raw/quoted.csv"
+    storage.write_text(remote, text)
+    options = sources.ReadOptions(format="csv")
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 1024)
+    parts = ranges.split_file(storage.stat(remote), options)
+    assert len(parts) >= 8
+    rows = [r for p in parts for r in sources.read_rows(remote, options, part=p)]
+    whole = list(sources.read_rows(str(local), options))
+    assert [(r.row, r.values, r.error) for r in rows] == [(r.row, r.values, r.error) for r in whole]
+    s = run_shard(ShardConfig(input=remote, output=f"{gcs_bucket}/staged/quoted", label="label"))
+    assert (s.records, s.bad_rows) == (400, 1) and s.beam_metrics["input_ranges"] == len(parts)
 
 
 def test_a_real_table_with_syntax_errors_in_the_middle_keeps_every_other_row(tmp_path):

@@ -60,6 +60,7 @@ class Cut:
         count: How many cuts the file has.
         offset: Nominal byte offset of the cut (0 for the first).
         next_offset: Nominal byte offset of the next cut; None for the last.
+        size: The file's size, as listed.
 
     """
 
@@ -68,6 +69,7 @@ class Cut:
     count: int
     offset: int
     next_offset: int | None
+    size: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +126,7 @@ def cut_file(
     offsets = list(range(0, info.size, step))
     bounds: list[int | None] = [*offsets[1:], None]
     return [
-        Cut(info.uri, i, len(offsets), at, nxt)
+        Cut(info.uri, i, len(offsets), at, nxt, info.size)
         for i, (at, nxt) in enumerate(zip(offsets, bounds, strict=True))
     ]
 
@@ -140,7 +142,7 @@ def probe_cut(cut: Cut, options: ReadOptions) -> Probe:
         if line_start is None:
             return Probe(cut, cut.offset, cut.offset, 0)
         end = None if cut.next_offset is None else _line_start(fh, cut.next_offset, None)
-        if end is not None and end >= _size(fh):
+        if end is not None and end >= cut.size:
             end = None
         lines = _count_lines(fh, line_start, end)
     if options.format not in ("csv", "tsv") or lines == 0:
@@ -289,10 +291,6 @@ def _after_first_odd_quote_line(uri: str, options: ReadOptions, start: int) -> S
             return None
         found = not sources.is_error_line(text) and text.count('"') % 2 == 1
     return None
-
-
-def _size(fh: io.BufferedIOBase) -> int:
-    return fh.seek(0, io.SEEK_END)
 
 
 def _line_start(fh: io.BufferedIOBase, offset: int, limit: int | None) -> int | None:

@@ -64,7 +64,7 @@ def check_no_credentials(beam_args: Sequence[str]) -> None:
 
 
 #: Runners that execute in this process or on this machine: local paths are fine there.
-LOCAL_RUNNERS = ("directrunner", "prismrunner", "interactiverunner", "")
+LOCAL_RUNNERS = ("directrunner", "fnapirunner", "prismrunner", "interactiverunner", "")
 
 
 def beam_runner(beam_args: Sequence[str]) -> str:
