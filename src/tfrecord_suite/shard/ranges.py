@@ -220,9 +220,9 @@ def split_file(
     The pipeline probes them in parallel (:class:`tfrecord_suite.shard.transforms.SplitFiles`).
     """
     cuts = cut_file(info, options, range_bytes)
-    if not cuts or isinstance(cuts[0], FileRange):
-        return list(cuts)  # type: ignore[arg-type]
-    return settle([probe_cut(c, options) for c in cuts], options)[0]  # type: ignore[arg-type]
+    if not isinstance(cuts[0], Cut):
+        return cuts
+    return settle([probe_cut(c, options) for c in cuts], options)[0]
 
 
 # ----------------------------------------------------------------------------------- internals
