@@ -359,6 +359,7 @@ class Registry:
         if on_copied is not None:
             on_copied(storage.join(self.dataset_dir(dataset), batch))
         attempts = 0
+        proposed: dict[Version, Manifest] = {}  # the store writes each as a dict
 
         def propose(attempt: int) -> store.Proposal[Version] | PublishResult | object:
             nonlocal attempts
@@ -380,6 +381,7 @@ class Registry:
             while storage.exists(storage.join(self.version_dir(dataset, version), REMOVED)):
                 version = version.bump("patch")  # gc removed this number: never reuse it
             manifest = self._manifest(dataset, version, parent, kind, reasons, content, producer)
+            proposed[version] = manifest
             return store.Proposal(version, self.manifest_uri(dataset, version), manifest.to_dict())
 
         won = store.publish_next(propose, _PUBLISH_ATTEMPTS, dataset, RegistryError)
@@ -389,7 +391,7 @@ class Registry:
                 storage.delete_tree(batch_uri)
             return won
         vdir = self.version_dir(dataset, won.version)
-        manifest = Manifest.from_dict(won.manifest, self.manifest_uri(dataset, won.version))
+        manifest = proposed[won.version]
         # only the winner writes beside its manifest: a loser must not touch the folder
         self._write_tfds_metadata(vdir, manifest)
         self.set_alias(dataset, "latest", won.version, only_forward=True)
