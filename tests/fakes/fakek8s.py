@@ -634,9 +634,22 @@ def train_step(dataset_ref: str, out: Any, **overrides: Any) -> dict[str, Artifa
     """Call the kfp train step's function as its component does, with small settings.
 
     The artifacts' local paths are under ``out``; any argument of ``tasks.train_task``,
-    artifacts included, can be overridden. Returns the four artifacts by name.
+    artifacts included, can be overridden. ``run_id``, ``pod_name``, ``pod_uid`` and
+    ``service_account`` are what the downward API would tell the step's pod (environment
+    variables, see tfrecord_suite.podinfo). Returns the four artifacts by name.
     """
+    import dataclasses
+    from unittest import mock
+
+    from tfrecord_suite import podinfo
     from tfrecord_suite.kfp import tasks
+
+    keys = [f.name for f in dataclasses.fields(podinfo.PodInfo)]
+    pod = {
+        env: overrides.pop(key)
+        for env, key in zip(podinfo.FIELDS, keys, strict=True)
+        if key in overrides
+    }
 
     artifacts = {
         "model": Artifact(os.path.join(str(out), "model")),
@@ -647,18 +660,19 @@ def train_step(dataset_ref: str, out: Any, **overrides: Any) -> dict[str, Artifa
     for name in artifacts:
         if name in overrides:
             artifacts[name] = overrides.pop(name)
-    tasks.train_task(
-        **{
-            "dataset_ref": dataset_ref,
-            "dataset_digest": "",
-            "strategy": "auto",
-            "cpu_devices": 1,
-            "epochs": 1,
-            "batch_size": 8,
-            "learning_rate": 0.01,
-            "model_fn": "",
-            **artifacts,
-            **overrides,
-        }
-    )
+    with mock.patch.dict(os.environ, pod):
+        tasks.train_task(
+            **{
+                "dataset_ref": dataset_ref,
+                "dataset_digest": "",
+                "strategy": "auto",
+                "cpu_devices": 1,
+                "epochs": 1,
+                "batch_size": 8,
+                "learning_rate": 0.01,
+                "model_fn": "",
+                **artifacts,
+                **overrides,
+            }
+        )
     return artifacts

@@ -47,6 +47,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     mount, registry = str(tmp_path / "pod"), str(tmp_path / "registry")
     monkeypatch.chdir(tmp_path)  # a bogus relative path (e.g. "minio:/...") would land here
     run = "run-42"
+    monkeypatch.setenv("TFRS_RUN_ID", run)  # what the downward API tells a step's pod
 
     def out(step: str, name: str) -> LauncherArtifact:
         return LauncherArtifact(mount, run, step, name)
@@ -54,7 +55,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     digest = tasks.fingerprint_task(penguins_csv)
     staged, shard_summary = out("shard-op", "staged"), out("shard-op", "summary")
     tasks.shard_task(
-        input_uri=penguins_csv, registry_root=registry, dataset_name="penguins", run_id=run,
+        input_uri=penguins_csv, registry_root=registry, dataset_name="penguins",
         fingerprint=digest, input_format="auto", label="species", key_column="",
         splits="train=80,validation=10,test=10", num_shards=0, target_shard_mb=128.0,
         readers=1, workers=1, gzip=False, max_bad_fraction=0.05, beam_args=[],
@@ -67,7 +68,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     dataset, card = out("version-op", "dataset"), out("version-op", "card")
     ref, content = tasks.version_task(
         staged=staged, registry_root=registry, dataset_name="penguins", bump="auto",
-        run_id=run, dataset=dataset, card=card,
+        dataset=dataset, card=card,
     )  # fmt: skip
     assert ref == f"{registry}/penguins@1.0.0"
     model, metrics = out("train-op", "model"), out("train-op", "metrics")
@@ -75,7 +76,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     tasks.train_task(
         dataset_ref=ref, dataset_digest=content, strategy="auto", cpu_devices=1, epochs=2,
         batch_size=16, learning_rate=0.01, model_fn="", model=model, metrics=metrics,
-        classification_metrics=confusion, report=report, run_id=run,
+        classification_metrics=confusion, report=report,
     )  # fmt: skip
     evaluation, comparison = out("evaluate-op", "evaluation"), out("evaluate-op", "comparison")
     decision = tasks.evaluate_task(
@@ -85,7 +86,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     registered = out("register-op", "registered")
     number = tasks.register_task(
         dataset=dataset, model=model, evaluation=evaluation, model_registry="", model_name="",
-        run_id=run, registered=registered,
+        registered=registered,
     )  # fmt: skip
     assert (decision, number) == ("promote", 1)
     assert tasks.promote_task(
@@ -156,7 +157,7 @@ def test_bad_data_says_a_retry_will_not_help(tmp_path):
     with pytest.raises(RetryWillNotHelp, match="retrying the shard step will not help") as err:
         tasks.shard_task(
             input_uri=str(raw), registry_root=str(tmp_path / "reg"), dataset_name="rows",
-            run_id="r", fingerprint="", input_format="csv", label="label", key_column="",
+            fingerprint="", input_format="csv", label="label", key_column="",
             splits="train=80,validation=10,test=10", num_shards=0, target_shard_mb=128.0,
             readers=1, workers=1, gzip=False, max_bad_fraction=0.01, beam_args=[],
             staged=staged, summary=summary,

@@ -22,6 +22,12 @@ RUN = "components-local-run"
 def kfp_local(tmp_path_factory):
     from kfp import local
 
+    from tfrecord_suite.podinfo import RUN_ID_ENV
+
+    # what the downward API tells a step's pod on Kubernetes; the subprocess runner inherits it
+    mp = pytest.MonkeyPatch()
+    mp.setenv(RUN_ID_ENV, RUN)
+
     from tfrecord_suite.kfp.components import build_components
 
     root = tmp_path_factory.mktemp("kfp-components")
@@ -30,7 +36,8 @@ def kfp_local(tmp_path_factory):
         pipeline_root=str(root / "pipeline_root"),
         raise_on_error=True,
     )
-    return {"ops": build_components(), "registry": str(root / "registry")}
+    yield {"ops": build_components(), "registry": str(root / "registry")}
+    mp.undo()
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +51,6 @@ def shard(kfp_local, digits_dir, fingerprint):
         input_uri=digits_dir,
         registry_root=kfp_local["registry"],
         dataset_name="digits",
-        run_id=RUN,
         fingerprint=fingerprint.output,
         input_format="auto",
         label="",
@@ -85,7 +91,6 @@ def version(kfp_local, shard):
             registry_root=registry_root,
             dataset_name="digits",
             bump="auto",
-            run_id=RUN,
         )
         return outputs(task.outputs["ref"], task.outputs["digest"], task.outputs["dataset"])
 
@@ -106,7 +111,6 @@ def train(kfp_local, version):
         feature_config="",
         workers=1,
         placement="",
-        run_id=RUN,
         keep_failed_tfjob=False,
         trainer_image="",
         launcher="auto",
@@ -153,7 +157,6 @@ def register(kfp_local, version, train, evaluate):
             evaluation=_imported(evaluation, Metrics),
             model_registry="",
             model_name="",
-            run_id=RUN,
         )
         return outputs(task.outputs["Output"], task.outputs["registered"])
 

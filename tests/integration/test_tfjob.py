@@ -29,6 +29,8 @@ def config(**kw):
         workers=4,
         placement=GPU,
         run_id="run-123",
+        service_account="pipeline-runner",
+        owner={"apiVersion": "v1", "kind": "Pod", "name": "train-op-pod", "uid": "u-1"},
         poll_seconds=0,
     )
     base.update(kw)
@@ -47,15 +49,24 @@ def test_render_one_chief_three_workers_two_gpus_each():
             "app.kubernetes.io/component": "trainer",
             "tfrecord-suite/run": "run-123",
         },
+        # the launcher's pod owns the job: deleting the pod deletes the job and its replicas
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Pod", "name": "train-op-pod", "uid": "u-1"}
+        ],
     }
     specs = job["spec"]["tfReplicaSpecs"]
     assert set(specs) == {"Chief", "Worker"}
     assert specs["Chief"]["replicas"] == 1 and specs["Worker"]["replicas"] == 3
     assert job["spec"]["runPolicy"]["backoffLimit"] == 3
+    # a job the launcher could not delete goes an hour after it finished
+    assert job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 3600
     for spec in specs.values():
         assert spec["restartPolicy"] == "OnFailure"
+        meta = spec["template"]["metadata"]
+        assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+        assert meta["annotations"] == {"sidecar.istio.io/inject": "false"}
         pod = spec["template"]["spec"]
-        assert pod["serviceAccountName"] == "tfrecord-suite"
+        assert pod["serviceAccountName"] == "pipeline-runner"  # the run's own account
         assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
         assert pod["tolerations"] == [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -68,7 +79,10 @@ def test_render_one_chief_three_workers_two_gpus_each():
         assert c["image"].endswith("tfrecord-suite-gpu:0.1.0")
         assert c["command"] == ["tfrecord-suite", "train"]
         assert c["args"][:2] == ["--dataset", "gs://b/reg/digits@1.0.0"]
-        assert c["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
+        assert c["resources"] == {
+            "requests": {"cpu": "4", "memory": "16Gi"},
+            "limits": {"nvidia.com/gpu": "2"},
+        }
         assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
         assert c["securityContext"]["runAsNonRoot"] is True
 

@@ -52,6 +52,8 @@ def config(**kw):
         workers=4,
         placement=GPU,
         run_id="run-123",
+        service_account="default-editor",
+        owner={"apiVersion": "v1", "kind": "Pod", "name": "train-op-pod", "uid": "u-1"},
         poll_seconds=0,
     )
     base.update(kw)
@@ -71,6 +73,10 @@ def test_trainjob_is_valid_against_the_crd_and_carries_the_run():
     assert validate_crd(job, TRAINJOB_CRD) == []
     assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
     assert job["metadata"]["labels"]["tfrecord-suite/run"] == "run-123"
+    # the launcher's pod owns the job: deleting the pod deletes the job and its nodes
+    assert job["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "train-op-pod", "uid": "u-1"}
+    ]
     spec = job["spec"]
     assert spec["runtimeRef"] == {
         "apiGroup": "trainer.kubeflow.org",
@@ -83,12 +89,20 @@ def test_trainjob_is_valid_against_the_crd_and_carries_the_run():
     assert trainer["command"] == ["tfrecord-suite", "train"]
     assert trainer["args"][:2] == ["--dataset", "gs://b/reg/digits@1.0.0"]
     assert trainer["env"] == [{"name": "TFRS_NUM_NODES", "value": "4"}]
-    assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "2"}}
+    # requests as well as limits: a node is never scheduled without its CPUs and memory
+    assert trainer["resourcesPerNode"] == {
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }
     (patch,) = spec["runtimePatches"]
     (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     assert node["name"] == "node"
+    meta = node["template"]["spec"]["template"]["metadata"]
+    # no Istio sidecar in a profile namespace (label from Istio 1.10, annotation before)
+    assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+    assert meta["annotations"] == {"sidecar.istio.io/inject": "false"}
     pod = node["template"]["spec"]["template"]["spec"]
-    assert pod["serviceAccountName"] == "tfrecord-suite"
+    assert pod["serviceAccountName"] == "default-editor"  # the run's own account
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -111,7 +125,10 @@ def test_tpu_trainjob_goes_to_the_tpu_node_pool():
         "replicatedJobs"
     ][0]["template"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2"
-    assert job["spec"]["trainer"]["resourcesPerNode"] == {"limits": {"google.com/tpu": "4"}}
+    assert job["spec"]["trainer"]["resourcesPerNode"] == {
+        "requests": {"cpu": "8", "memory": "32Gi"},
+        "limits": {"google.com/tpu": "4"},
+    }
 
 
 def test_schema_check_reports_bad_trainjobs():
@@ -399,10 +416,26 @@ def test_train_task_launches_a_trainjob_on_a_current_cluster(tmp_path, monkeypat
             workers=2,
             placement=GPU.to_json(),
             run_id="run-7",
+            pod_name="tfrecord-suite-x7-system-container-impl-123",
+            pod_uid="0b9c-77",
+            service_account="default-editor",
             trainer_image="registry.example.com/t/tfrecord-suite-gpu:v1",
         )["metrics"]
         (job,) = k8s.created
     assert job["kind"] == "TrainJob"
+    # what the downward API told the step's pod: the job is owned by that pod, and its nodes
+    # run as the run's own account
+    assert job["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "tfrecord-suite-x7-system-container-impl-123",
+            "uid": "0b9c-77",
+        }
+    ]
+    node = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    pod = node["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "default-editor"
     assert job["spec"]["trainer"]["numNodes"] == 2
     assert job["spec"]["trainer"]["image"] == "registry.example.com/t/tfrecord-suite-gpu:v1"
     assert job["spec"]["trainer"]["args"][:6] == [

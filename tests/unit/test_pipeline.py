@@ -107,10 +107,12 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
     assert train["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0"
     assert train["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
     assert train["resources"]["accelerator"]["resourceCount"] == "2"
+    # 2 CPUs and 8 GiB per GPU (launch.placement.PER_GPU_REQUEST), no CPU limit
     assert (
-        train["resources"]["cpuRequest"] == 8
-        and train["resources"]["memoryRequest"] == 34.359738368
+        train["resources"]["cpuRequest"] == 4
+        and train["resources"]["memoryRequest"] == 17.179869184
     )
+    assert "cpuLimit" not in train["resources"]
     k8s = _k8s(gpu, "exec-train-op")
     assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert k8s["tolerations"][0]["key"] == "nvidia.com/gpu"

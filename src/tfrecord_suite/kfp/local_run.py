@@ -14,6 +14,7 @@ container, so the input must lie inside it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import json
@@ -21,7 +22,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfrecord_suite.errors import UserError
@@ -94,6 +95,26 @@ class StepReporter(io.TextIOBase):
                 self._say(f"[{_now()}] {step}: epoch {m[1]}/{m[2]}")
 
 
+@contextlib.contextmanager
+def _local_run_id(log_path: str) -> Iterator[None]:
+    """Tell the steps their run, as the downward API does on Kubernetes (see podinfo).
+
+    The subprocess runner's steps inherit this process's environment; the docker runner's do
+    not, and fall back as they do outside Kubernetes.
+    """
+    from tfrecord_suite.podinfo import RUN_ID_ENV
+
+    previous = os.environ.get(RUN_ID_ENV)
+    os.environ[RUN_ID_ENV] = "local-" + os.path.basename(log_path).removesuffix(".log")
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(RUN_ID_ENV, None)
+        else:
+            os.environ[RUN_ID_ENV] = previous
+
+
 def _now() -> str:
     return dt.datetime.now().strftime("%H:%M:%S")
 
@@ -154,7 +175,7 @@ def run_local(
     os.makedirs(logs, exist_ok=True)
     log_path = os.path.join(logs, f"run-{dt.datetime.now():%Y%m%d-%H%M%S}.log")
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log, _local_run_id(log_path):
         reporter = StepReporter(log, say)
         real_stdout = sys.stdout
         sys.stdout = reporter

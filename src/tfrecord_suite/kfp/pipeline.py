@@ -7,8 +7,9 @@ YAML for the Kubeflow UI; both use this function unchanged.
 import dataclasses
 from typing import Any
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 
+from tfrecord_suite import podinfo
 from tfrecord_suite.kfp.components import build_components
 from tfrecord_suite.kfp.placement import Deployment, apply_placement
 from tfrecord_suite.launch.placement import Placement
@@ -29,6 +30,9 @@ class StepPolicy:
             :class:`tfrecord_suite.errors.RetryWillNotHelp`); 0 for none.
         backoff: Wait before the first retry, doubled for each next one.
         cache: Whether Kubeflow may reuse an earlier run's result.
+        pod_info: Whether the step's pod is told its run, name, UID and service account
+            (:mod:`tfrecord_suite.podinfo`, through the downward API: not inputs, so they stay
+            out of the cache key).
 
     """
 
@@ -36,19 +40,23 @@ class StepPolicy:
     retries: int = 0
     backoff: str = "10s"
     cache: bool = True
+    pod_info: bool = False
 
 
 #: Every step's policy, and why where it is not the default.
 STEPS = {
     # the input may have changed under the same URI: always look
     "fingerprint": StepPolicy("Fingerprint input", cache=False),
-    "shard": StepPolicy("Shard to TFRecords (Beam)", retries=2, backoff="30s"),
-    # publishing is idempotent, but a cached result could name a version gc'ed since
-    "version": StepPolicy("Publish dataset version", retries=3, cache=False),
-    "train": StepPolicy("Train (tf.distribute)"),
+    # the run names its staging folder
+    "shard": StepPolicy("Shard to TFRecords (Beam)", retries=2, backoff="30s", pod_info=True),
+    # publishing is idempotent, but a cached result could name a version gc'ed since; the run
+    # goes into the manifest's producer
+    "version": StepPolicy("Publish dataset version", retries=3, cache=False, pod_info=True),
+    # a distributed job is named after the run, owned by the step's pod, runs as its account
+    "train": StepPolicy("Train (tf.distribute)", pod_info=True),
     "evaluate": StepPolicy("Evaluate against the stable model", retries=2),
-    # a cached result would skip registering this run
-    "register": StepPolicy("Register model", retries=3, cache=False),
+    # a cached result would skip registering this run; a retry finds its run's registration
+    "register": StepPolicy("Register model", retries=3, cache=False, pod_info=True),
     "promote": StepPolicy("Promote model", cache=False),
     "report": StepPolicy("Report"),
 }
@@ -76,6 +84,9 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
                            backoff_factor=2)  # fmt: skip
         if not policy.cache:
             task.set_caching_options(False)
+        if policy.pod_info:
+            for env, field_path in podinfo.FIELDS.items():
+                kubernetes.use_field_path_as_env(task, env, field_path)
         deployment.apply(name, task, placement)
         return task
 
@@ -160,7 +171,6 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             input_uri=input_uri,
             registry_root=registry_root,
             dataset_name=dataset_name,
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             fingerprint=fingerprint.output,
             input_format=input_format,
             label=label,
@@ -181,7 +191,6 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             dataset_name=dataset_name,
             bump=bump,
             publish_mode=publish_mode,
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         )
         # parameters, not the artifact: the cache key is then the exact version and its digest
         train = step(
@@ -197,7 +206,6 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             feature_config=feature_config,
             workers=workers,
             placement=placement.to_json(),
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             keep_failed_tfjob=keep_failed_tfjob,
             trainer_image=placement.trainer_image(images),
             launcher=launcher,
@@ -217,7 +225,6 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
             **trained,
             **registries,
             evaluation=evaluate.outputs["evaluation"],
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         )
         with dsl.If(evaluate.outputs["Output"] == "promote", name="gate-at-least-as-good"):
             step(

@@ -62,15 +62,11 @@ STEPS = (*STEP_REQUESTS, "train")
 
 
 def train_request(placement: Placement) -> tuple[str, str]:
-    """CPU and memory for the train step's pod: input pipelines need cores per accelerator."""
+    """CPU and memory for the train step's pod: a trainer's, or a small launcher's."""
     if placement.launch_job:
         return ("500m", "1Gi")  # a launcher that waits on the job
-    if placement.is_tpu:
-        return ("8", "32Gi")
-    if placement.accelerator_type:
-        gpus = max(1, placement.accelerator_count)
-        return (str(4 * gpus), f"{16 * gpus}Gi")
-    return ("4", "16Gi")
+    requests = placement.requests()
+    return requests["cpu"], requests["memory"]
 
 
 def parse_step_resources(text: str) -> dict[str, tuple[str, str]]:

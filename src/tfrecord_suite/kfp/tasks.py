@@ -28,6 +28,8 @@ from typing import Any
 from tfrecord_suite import images
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.io import storage
+from tfrecord_suite.kfp.mlmd import describe
+from tfrecord_suite.podinfo import PodInfo
 
 _LOG = logging.getLogger(__name__)
 EXPORT_SUBDIR = "export"
@@ -99,7 +101,7 @@ def _run_key(run_id: str, fallback: str) -> str:
     import re
 
     key = re.sub(r"[^a-zA-Z0-9_.-]+", "-", run_id or "").strip("-.")
-    return key or fallback
+    return key or fallback or "run"
 
 
 def shard_task(
@@ -107,7 +109,6 @@ def shard_task(
     input_uri: str,
     registry_root: str,
     dataset_name: str,
-    run_id: str,
     fingerprint: str,
     input_format: str,
     label: str,
@@ -130,6 +131,7 @@ def shard_task(
     the step's ``summary.json`` and ``schema.json`` at its local path, which Kubeflow keeps.
     ``fingerprint`` (from :func:`fingerprint_task`) makes Kubeflow's cache key follow the input
     data; the step re-checks it so data that changed in between is caught, not sharded silently.
+    The pipeline run (:class:`~tfrecord_suite.podinfo.PodInfo`) only names the staging folder.
     """
     from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
     from tfrecord_suite.shard.summary import SUMMARY_FILE
@@ -137,7 +139,7 @@ def shard_task(
     _setup_logging()
     with _final_on_bad_input("shard", ShardError):
         target = staging_uri(
-            registry_root, dataset_name, _run_key(run_id, fingerprint[:16] or "run")
+            registry_root, dataset_name, _run_key(PodInfo.from_env().run_id, fingerprint[:16])
         )
         if fingerprint and fingerprint_task(input_uri) != fingerprint:
             raise ShardError(
@@ -163,7 +165,8 @@ def shard_task(
         )
     for name in (SUMMARY_FILE, "schema.json"):
         storage.copy(storage.join(target, name), storage.join(staged.path, name))
-    staged.metadata.update(
+    describe(
+        staged,
         {
             "staged_uri": target,
             "records": result.records,
@@ -171,7 +174,7 @@ def shard_task(
             "format": result.format,
             "input_digest": result.input_fingerprint["digest"],
             "splits": result.split_counts,
-        }
+        },
     )
     _write_markdown(summary, summary_markdown(result))
 
@@ -182,7 +185,6 @@ def version_task(
     registry_root: str,
     dataset_name: str,
     bump: str,
-    run_id: str,
     dataset: Any,
     card: Any,
     publish_mode: str = "new",
@@ -208,11 +210,15 @@ def version_task(
             staged.metadata.get("staged_uri") or staged.uri,
             dataset_name,
             bump,
-            producer={"image": running_image(), "pipeline_run_id": run_id or None},
+            producer={
+                "image": running_image(),
+                "pipeline_run_id": PodInfo.from_env().run_id or None,
+            },
             append=publish_mode == "append",
         )
     m = result.manifest
-    dataset.metadata.update(
+    describe(
+        dataset,
         {
             "name": dataset_name,
             "version": result.version,
@@ -222,8 +228,8 @@ def version_task(
             "created": result.created,
             "records": m.totals["records"],
             "splits": {k: v["records"] for k, v in m.splits.items()},
-            "parent": m.parent,
-        }
+            "parent": m.parent,  # None (left out) for a dataset's first version
+        },
     )
     parent = registry.manifest(dataset_name, m.parent) if m.parent else None
     card_text = dataset_card(m, parent)
@@ -249,7 +255,6 @@ def train_task(
     report: Any,
     workers: int = 1,
     placement: str = "",
-    run_id: str = "",
     keep_failed_tfjob: bool = False,
     feature_config: str = "",
     trainer_image: str = "",
@@ -294,7 +299,7 @@ def train_task(
             config,
             workers,
             where,
-            run_id or model.uri,
+            model.uri,
             trainer_image,
             keep_failed_tfjob,
         )
@@ -335,17 +340,24 @@ def _train_in_job(
     config: Any,
     workers: int,
     where: Any,
-    run_key: str,
+    fallback_key: str,
     trainer_image: str,
     keep_failed: bool,
 ) -> Any:
-    """Train in a TrainJob or TFJob whose chief writes under the registry; return its metrics."""
+    """Train in a TrainJob or TFJob whose chief writes under the registry; return its metrics.
+
+    The job is named after the pipeline run (``fallback_key``, the model artifact's URI, where
+    the pod does not know its run), so a retried step adopts its own job; it runs as the step's
+    own service account, and names the step's pod as its owner.
+    """
     from tfrecord_suite.cli import options
     from tfrecord_suite.launch.discovery import choose_launcher
     from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name, kubernetes_client
     from tfrecord_suite.registry.refs import DatasetRef
     from tfrecord_suite.train.metrics import TrainMetrics
 
+    pod = PodInfo.from_env()
+    run_key = pod.run_id or fallback_key
     name = job_name(run_key)
     shared = storage.join(DatasetRef.parse(config.dataset).root, "_runs", name, "model")
     config = dataclasses.replace(config, model_dir=shared)
@@ -363,6 +375,8 @@ def _train_in_job(
             workers=workers,
             placement=where,
             run_id=run_key,
+            service_account=pod.service_account,
+            owner=pod.owner_reference(),
             keep_on_failure=keep_failed,
         )
     )
@@ -387,7 +401,8 @@ def _fill_train_artifacts(
     result: Any, model: Any, metrics: Any, classification_metrics: Any, report: Any
 ) -> None:
     """Describe the model and log the metrics of a run (a ``TrainMetrics``) in its artifacts."""
-    model.metadata.update(
+    describe(
+        model,
         {
             "dataset": result.dataset,
             "dataset_digest": result.dataset_digest,
@@ -396,7 +411,7 @@ def _fill_train_artifacts(
             "framework": "tensorflow",
             "strategy": result.strategy,
             "replicas": result.replicas,
-        }
+        },
     )
     for split, values in result.evaluation.items():
         for name, value in values.items():
@@ -522,14 +537,16 @@ def evaluate_task(
     evaluation.log_metric(f"candidate_{metric}", round(result.candidate["value"], 6))
     if result.baseline:
         evaluation.log_metric(f"baseline_{metric}", round(result.baseline["value"], 6))
-    evaluation.metadata.update(
+    describe(
+        evaluation,
         {
             "decision": result.decision,
             "reason": result.reason,
+            # None (left out) while no model holds the alias
             "baseline_version": result.baseline_version,
             "baseline_alias": baseline_alias,
             "dataset": result.dataset,
-        }
+        },
     )
     _write_markdown(comparison, markdown(result))
     return result.decision
@@ -542,10 +559,13 @@ def register_task(
     evaluation: Any,
     model_registry: str,
     model_name: str,
-    run_id: str,
     registered: Any,
 ) -> int:
-    """Register the trained model (promoted or not) with its lineage; return its number."""
+    """Register the trained model (promoted or not) with its lineage; return its number.
+
+    A retry of the step returns the version its first attempt registered: registering is keyed
+    on the pipeline run (:class:`~tfrecord_suite.podinfo.PodInfo`) and the model's content.
+    """
     from tfrecord_suite.registry.models import ModelRegistry
 
     _setup_logging()
@@ -560,14 +580,15 @@ def register_task(
             "model_artifact_uri": model.uri,
             "dataset_digest": dataset.metadata.get("digest"),
             "evaluation": dict(evaluation.metadata),
-            "pipeline_run_id": run_id or None,
+            "pipeline_run_id": PodInfo.from_env().run_id or None,
             "image": running_image(),
         },
     )
     storage.write_text(
         storage.join(registered.path, "model.json"), json.dumps(result.manifest, indent=2)
     )
-    registered.metadata.update(
+    describe(
+        registered,
         {
             "registered_uri": result.uri,
             "model": model_name,
@@ -576,7 +597,7 @@ def register_task(
             "export_dir": result.export_dir,
             "content_digest": result.manifest["content_digest"],
             "dataset": dataset.metadata.get("ref"),
-        }
+        },
     )
     return result.version
 

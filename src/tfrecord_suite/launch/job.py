@@ -31,6 +31,14 @@ from tfrecord_suite.launch.placement import Placement
 _LOG = logging.getLogger(__name__)
 
 RUN_LABEL = "tfrecord-suite/run"
+#: Keeps Istio from injecting its sidecar into a training node. Kubeflow's docs ask for it on
+#: TFJob pods in a profile namespace: the sidecar starts after the trainer (which then cannot
+#: reach its peers) and never exits (so the pod never completes). Istio reads the label from
+#: 1.10 on and the annotation before; both are set.
+NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
+#: How long a finished job (and its pods, with their logs) stays when the launcher could not
+#: delete it, e.g. because its pod was killed first.
+FINISHED_TTL_SECONDS = 3600
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 
@@ -58,8 +66,13 @@ class JobConfig:
         workers: Nodes in all, the chief included.
         namespace: Namespace to run in (the launcher's own by default).
         placement: Accelerators, node selectors, tolerations and ``/dev/shm`` of each node.
-        service_account: Kubernetes service account of the nodes (Workload Identity to GCS).
+        service_account: Kubernetes service account of the nodes (Workload Identity to GCS);
+            empty for the namespace's default. The train step passes its own pod's account,
+            so the nodes run as the pipeline run does.
         run_id: Pipeline run the job belongs to (a label, so a retried task adopts its job).
+        owner: ``ownerReference`` of the launcher's pod (:class:`~tfrecord_suite.podinfo.PodInfo`):
+            when that pod is deleted, Kubernetes deletes the job and its nodes with it, even if
+            the launcher died before it could.
         keep_on_failure: Leave a failed job and its pods for inspection instead of deleting them.
         timeout_seconds: Give up (and delete the job) after this long.
         poll_seconds: Time between status checks.
@@ -74,8 +87,9 @@ class JobConfig:
     workers: int
     namespace: str = ""
     placement: Placement = dataclasses.field(default_factory=Placement)
-    service_account: str = "tfrecord-suite"
+    service_account: str = ""
     run_id: str = ""
+    owner: dict[str, str] | None = None
     keep_on_failure: bool = False
     timeout_seconds: float = 24 * 3600.0
     poll_seconds: float = 10.0
@@ -97,6 +111,28 @@ class JobConfig:
         if self.run_id:
             labels[RUN_LABEL] = label_value(self.run_id)
         return labels
+
+    def metadata(self) -> dict[str, Any]:
+        """The job object's ``metadata``: name, namespace, labels and the launcher as owner."""
+        meta: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": self.labels(),
+        }
+        if self.owner:
+            meta["ownerReferences"] = [dict(self.owner)]
+        return meta
+
+    def node_pod_metadata(self) -> dict[str, Any]:
+        """``metadata`` of every node's pod: the job's labels, and no Istio sidecar."""
+        return {
+            "labels": {**self.labels(), **NO_SIDECAR},
+            "annotations": dict(NO_SIDECAR),
+        }
+
+    def pod_identity(self) -> dict[str, Any]:
+        """The node pods' ``serviceAccountName``, where one is set."""
+        return {"serviceAccountName": self.service_account} if self.service_account else {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,16 @@ from tfrecord_suite.images import GPU_RESOURCE, TPU_RESOURCE, ImageSet
 #: Values of ``--launcher``.
 LAUNCHERS = ("auto", "trainjob", "tfjob")
 
+#: CPU cores and GiB of memory a trainer requests per GPU. Chosen to fit the smallest common
+#: one-GPU machines after the kubelet's reservations and the node's daemon sets (GKE g2-standard-4
+#: and n1-standard-4 + T4 leave ~3.9 CPU and ~12 GiB allocatable; AWS g4dn.xlarge and Azure
+#: NC4as_T4_v3 are larger); ``tests/unit/test_placement.py`` checks them against those machines.
+PER_GPU_REQUEST = (2, 8)
+#: What a trainer on a TPU host requests (TPU hosts have tens of cores and hundreds of GiB).
+TPU_HOST_REQUEST = ("8", "32Gi")
+#: What a CPU-only trainer requests.
+CPU_TRAINER_REQUEST = ("4", "16Gi")
+
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
@@ -112,6 +122,30 @@ class Placement:
             out["memory"] = self.memory_limit
         if self.accelerator_type:
             out[self.accelerator_resource] = str(max(1, self.accelerator_count))
+        return out
+
+    def requests(self) -> dict[str, str]:
+        """CPU and memory one trainer (the step's pod, or each node of a job) requests.
+
+        Requests are what the scheduler guarantees, not a cap: with no CPU limit the input
+        pipeline still uses every idle core of its node. Per GPU they stay below what common
+        single-GPU machines can give a pod (:data:`PER_GPU_REQUEST`), so a one-GPU trainer is
+        never left Pending for want of CPU or memory.
+        """
+        if self.is_tpu:
+            cpu, memory = TPU_HOST_REQUEST
+        elif self.accelerator_type:
+            gpus = max(1, self.accelerator_count)
+            cpu, memory = (str(PER_GPU_REQUEST[0] * gpus), f"{PER_GPU_REQUEST[1] * gpus}Gi")
+        else:
+            cpu, memory = CPU_TRAINER_REQUEST
+        return {"cpu": cpu, "memory": memory}
+
+    def resources(self) -> dict[str, dict[str, str]]:
+        """A trainer container's ``resources``: :meth:`requests` and :meth:`limits`."""
+        out = {"requests": self.requests()}
+        if self.limits():
+            out["limits"] = self.limits()
         return out
 
     def to_json(self) -> str:

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfrecord_suite.launch.job import JobConfig, JobKind, last_true_condition
+from tfrecord_suite.launch.job import (
+    FINISHED_TTL_SECONDS,
+    JobConfig,
+    JobKind,
+    last_true_condition,
+)
 
 #: The Training Operator only manages the container with this name.
 CONTAINER = "tensorflow"
@@ -22,7 +27,6 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 def render_tfjob(config: JobConfig) -> dict[str, Any]:
     """The ``TFJob`` object: a chief and ``workers - 1`` workers, each placed the same way."""
     placement = config.placement
-    labels = config.labels()
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": config.image,
@@ -34,12 +38,10 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
         ],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
         "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
+        "resources": placement.resources(),
     }
-    limits = placement.limits()
-    if limits:
-        container["resources"] = {"limits": limits}
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": config.service_account,
+        **config.pod_identity(),
         "containers": [container],
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}}
@@ -54,7 +56,7 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
         return {
             "replicas": count,
             "restartPolicy": "OnFailure",
-            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+            "template": {"metadata": config.node_pod_metadata(), "spec": pod_spec},
         }
 
     replicas = {"Chief": replica(1)}
@@ -63,11 +65,12 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
     return {
         "apiVersion": f"{TFJob.group}/{TFJob.version}",
         "kind": "TFJob",
-        "metadata": {"name": config.name, "namespace": config.namespace, "labels": labels},
+        "metadata": config.metadata(),
         "spec": {
             "runPolicy": {
                 "backoffLimit": config.backoff_limit,
                 "activeDeadlineSeconds": int(config.timeout_seconds),
+                "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS,
                 # pods stay while the job runs so their logs can be read; deleting the job
                 # removes them
                 "cleanPodPolicy": "None",

@@ -34,7 +34,6 @@ PATCH_MANAGER = "tfrecord-suite.dev/launcher"
 def render_trainjob(config: JobConfig, runtime: str = RUNTIME_NAME) -> dict[str, Any]:
     """The ``TrainJob``: ``workers`` nodes of the TensorFlow runtime, each placed the same way."""
     placement = config.placement
-    labels = config.labels()
     trainer: dict[str, Any] = {
         "image": config.image,
         "command": ["tfrecord-suite", "train"],
@@ -42,12 +41,10 @@ def render_trainjob(config: JobConfig, runtime: str = RUNTIME_NAME) -> dict[str,
         # the node count is the one thing a pod cannot read from its own labels
         "env": [{"name": NUM_NODES_ENV, "value": str(config.workers)}],
         "numNodes": config.workers,
+        "resourcesPerNode": placement.resources(),
     }
-    limits = placement.limits()
-    if limits:
-        trainer["resourcesPerNode"] = {"limits": limits}
     pod_spec: dict[str, Any] = {
-        "serviceAccountName": config.service_account,
+        **config.pod_identity(),
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}}
         ],
@@ -60,14 +57,14 @@ def render_trainjob(config: JobConfig, runtime: str = RUNTIME_NAME) -> dict[str,
     node_patch = {
         "name": NODE,
         "template": {
-            "metadata": {"labels": dict(labels)},
-            "spec": {"template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec}},
+            "metadata": {"labels": config.labels()},
+            "spec": {"template": {"metadata": config.node_pod_metadata(), "spec": pod_spec}},
         },
     }
     return {
         "apiVersion": f"{TrainJob.group}/{TrainJob.version}",
         "kind": "TrainJob",
-        "metadata": {"name": config.name, "namespace": config.namespace, "labels": labels},
+        "metadata": config.metadata(),
         "spec": {
             "runtimeRef": {
                 "apiGroup": TrainJob.group,

@@ -18,7 +18,6 @@ def train_op(
     feature_config: str,
     workers: int,
     placement: str,
-    run_id: str,
     keep_failed_tfjob: bool,
     trainer_image: str,
     launcher: str,
@@ -50,7 +49,6 @@ def train_op(
         report=report,
         workers=workers,
         placement=placement,
-        run_id=run_id,
         keep_failed_tfjob=keep_failed_tfjob,
         trainer_image=trainer_image,
         launcher=launcher,
@@ -109,7 +107,6 @@ def register_op(
     evaluation: Input[Metrics],
     model_registry: str,
     model_name: str,
-    run_id: str,
     registered: Output[Model],
 ) -> int:
     """Register the model as a new numbered, checksummed version with its lineage."""
@@ -121,7 +118,6 @@ def register_op(
         evaluation=evaluation,
         model_registry=model_registry,
         model_name=model_name,
-        run_id=run_id,
         registered=registered,
     )
 

@@ -1,0 +1,88 @@
+"""The rule Kubeflow's launcher applies to artifact metadata, applied before the step ends.
+
+After a step's code has succeeded, the KFP launcher stores every output artifact's metadata in
+ML Metadata, converting each top-level field with ``StructValueToMLMDValue``
+(``backend/src/v2/metadata/converter.go``): a string, a number, a boolean, a list or a struct
+converts; a null has no case there ("unknown/unsupported value type") and fails the task, after
+its work is done. ``kfp.local`` never converts, so a null passes every local run. Steps set
+metadata through :func:`describe`, which leaves out fields that have no value and refuses what
+the launcher would refuse, so a local run fails where a cluster run would.
+
+Kept free of kfp: :mod:`tfrecord_suite.kfp.tasks` and the tests use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tfrecord_suite.errors import UserError
+
+
+class MetadataError(UserError):
+    """Artifact metadata that Kubeflow's launcher could not store in ML Metadata."""
+
+
+def mlmd_problems(metadata: Mapping[str, Any]) -> list[str]:
+    """What the launcher's conversion would refuse in ``metadata``, one line per field.
+
+    Top-level values must be a string, a finite number, a boolean, a list or a struct (a
+    mapping with string keys). Inside a list or struct, values go through
+    ``structpb.NewValue``'s JSON rules, so a nested null is a JSON null and passes, but a
+    value JSON cannot hold (NaN, infinity, a set, an object) does not.
+    """
+    problems = []
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            problems.append(f"{key!r}: keys must be strings")
+        elif value is None:
+            problems.append(f"{key}: null (the launcher has no ML Metadata value for it)")
+        else:
+            problems += [f"{key}{where}: {why}" for where, why in _json_problems(value, "")]
+    return problems
+
+
+def _json_problems(value: Any, where: str) -> list[tuple[str, str]]:
+    if value is None or isinstance(value, str | bool):
+        return []
+    if isinstance(value, int | float):
+        return [] if math.isfinite(value) else [(where, f"{value} is not a JSON number")]
+    if isinstance(value, Mapping):
+        out = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                out.append((f"{where}.{key!r}", "keys must be strings"))
+            else:
+                out += _json_problems(item, f"{where}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        out = []
+        for i, item in enumerate(value):
+            out += _json_problems(item, f"{where}[{i}]")
+        return out
+    return [(where, f"{type(value).__name__} is not a JSON value")]
+
+
+def check_metadata(metadata: Mapping[str, Any], artifact: str = "artifact") -> None:
+    """Raise :class:`MetadataError` naming every field the launcher could not store."""
+    problems = mlmd_problems(metadata)
+    if problems:
+        raise MetadataError(
+            f"{artifact} metadata that Kubeflow's launcher cannot store in ML Metadata: "
+            + "; ".join(problems)
+        )
+
+
+def describe(artifact: Any, fields: Mapping[str, Any]) -> None:
+    """Add ``fields`` to ``artifact.metadata``, leaving out those whose value is None.
+
+    Raises:
+        MetadataError: The artifact's metadata, with these fields, could not be stored by the
+            launcher (checked before anything is written, so a local run fails as a cluster
+            run would).
+
+    """
+    merged = {**artifact.metadata, **{k: v for k, v in fields.items() if v is not None}}
+    check_metadata(merged, getattr(artifact, "name", "") or "artifact")
+    artifact.metadata.update(merged)
