@@ -1,8 +1,18 @@
 """A local stand-in for the Kubeflow Pipelines v2beta1 REST API on 127.0.0.1, for contract tests.
 
 It implements only the calls ``kfp.Client`` makes for ``tfrecord-suite submit`` (pipelines,
-pipeline versions, experiments, runs, recurring runs), records every request, checks the request
-bodies against the v2beta1 shapes, and answers like the API server does.
+pipeline versions, experiments, runs, recurring runs), records every request with its
+``Authorization`` header, checks the request bodies against the v2beta1 shapes, and answers like
+the API server does:
+
+* ``GET /apis/v2beta1/healthz`` gives ``tag_name`` (the release) and ``multi_user``, as the API
+  server's health handler does (``backend/src/apiserver/server/healthz_server.go``);
+* with ``tokens``, every request must carry ``Authorization: Bearer <one of them>`` or gets 401
+  (multi-user Kubeflow authenticates the bearer with a TokenReview; behind IAP or Dex, a proxy
+  does), and the token used is recorded;
+* multi-user: an experiment, a namespaced pipeline and their listings carry a namespace, and a
+  run is created in its experiment's namespace; single-user: a namespace is an error, as the
+  API server's resource manager says ("In single-user mode, ... namespace").
 """
 
 from __future__ import annotations
@@ -21,7 +31,16 @@ PREFIX = "/apis/v2beta1"
 class FakeKfp:
     """``with FakeKfp() as api: kfp.Client(host=api.url) ...; api.requests``."""
 
-    def __init__(self, final_state: str = "SUCCEEDED"):
+    def __init__(
+        self,
+        final_state: str = "SUCCEEDED",
+        version: str = "2.5.0",
+        multi_user: bool = False,
+        tokens: tuple[str, ...] = (),
+    ):
+        self.version = version
+        self.multi_user = multi_user
+        self.tokens = set(tokens)
         self.requests: list[dict] = []
         self.errors: list[str] = []
         self.pipelines: dict[str, dict] = {}
@@ -50,24 +69,58 @@ class FakeKfp:
                 n = int(self.headers.get("Content-Length") or 0)
                 return self.rfile.read(n) if n else b""
 
+            def _authorized(self, record: dict) -> bool:
+                header = self.headers.get("Authorization")
+                record["auth"] = header
+                if not api.tokens:
+                    return True
+                scheme, _, token = (header or "").partition(" ")
+                if scheme == "Bearer" and token in api.tokens:
+                    return True
+                self._reply(401, {"error": "Unauthenticated: no valid bearer token"})
+                return False
+
+            def _namespace_ok(self, namespace: str | None, what: str) -> bool:
+                if api.multi_user and not namespace:
+                    api.errors.append(f"{what} without a namespace in multi-user mode")
+                elif namespace and not api.multi_user:
+                    api.errors.append(f"{what} with namespace {namespace} in single-user mode")
+                else:
+                    return True
+                self._reply(400, {"error": f"Invalid input error: {what} namespace"})
+                return False
+
             def do_GET(self):
                 url = urllib.parse.urlsplit(self.path)
                 query = urllib.parse.parse_qs(url.query)
-                api.requests.append({"method": "GET", "path": url.path, "query": query})
+                record = {"method": "GET", "path": url.path, "query": query}
+                api.requests.append(record)
+                if not self._authorized(record):
+                    return None
                 if url.path == f"{PREFIX}/healthz":
-                    return self._reply(200, {"multi_user": False})
+                    return self._reply(
+                        200,
+                        {
+                            "commit_sha": "0" * 40,
+                            "tag_name": api.version,
+                            "multi_user": api.multi_user,
+                        },
+                    )
                 if url.path == f"{PREFIX}/pipelines":
-                    items = list(api.pipelines.values())
-                    flt = query.get("filter", [None])[0]
-                    if flt:
-                        f = json.loads(flt)
-                        pred = f["predicates"][0]
-                        name = pred.get("stringValue", pred.get("string_value"))
+                    namespace = query.get("namespace", [""])[0]
+                    items = [
+                        p for p in api.pipelines.values() if p.get("namespace", "") == namespace
+                    ]
+                    name = _filtered_name(query)
+                    if name is not None:
                         items = [p for p in items if p["display_name"] == name]
                     return self._reply(200, {"pipelines": items, "total_size": len(items)})
                 if url.path.startswith(f"{PREFIX}/pipelines/") and url.path.endswith("/versions"):
                     pid = url.path.split("/")[4]
                     versions = api.versions.get(pid, [])
+                    name = _filtered_name(query)
+                    if name is not None:
+                        versions = [v for v in versions if v["display_name"] == name]
                     return self._reply(
                         200, {"pipeline_versions": versions, "total_size": len(versions)}
                     )
@@ -85,6 +138,8 @@ class FakeKfp:
                 body = self._body()
                 record = {"method": "POST", "path": url.path, "query": query}
                 api.requests.append(record)
+                if not self._authorized(record):
+                    return None
                 if url.path in (f"{PREFIX}/pipelines/upload", f"{PREFIX}/pipelines/upload_version"):
                     spec = self._uploaded_yaml(body)
                     record["uploaded"] = spec
@@ -94,6 +149,11 @@ class FakeKfp:
                         pid = str(uuid.uuid4())
                         name = query.get("name", ["?"])[0]
                         api.pipelines[pid] = {"pipeline_id": pid, "display_name": name}
+                        namespace = query.get("namespace", [""])[0]
+                        if namespace:  # a namespaced pipeline (shared ones have none)
+                            if not self._namespace_ok(namespace, "pipeline"):
+                                return None
+                            api.pipelines[pid]["namespace"] = namespace
                         version = {
                             "pipeline_id": pid,
                             "pipeline_version_id": str(uuid.uuid4()),
@@ -114,6 +174,8 @@ class FakeKfp:
                 if url.path == f"{PREFIX}/experiments":
                     if not payload.get("display_name"):
                         api.errors.append("experiment without display_name")
+                    if not self._namespace_ok(payload.get("namespace"), "experiment"):
+                        return None
                     eid = str(uuid.uuid4())
                     api.experiments[eid] = {"experiment_id": eid, **payload}
                     return self._reply(200, api.experiments[eid])
@@ -168,3 +230,16 @@ class FakeKfp:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def tokens_seen(self) -> set[str | None]:
+        """The ``Authorization`` headers the requests carried."""
+        return {r.get("auth") for r in self.requests}
+
+
+def _filtered_name(query: dict) -> str | None:
+    """The ``display_name`` a v2beta1 list filter asks for, if any."""
+    flt = query.get("filter", [None])[0]
+    if not flt:
+        return None
+    pred = json.loads(flt)["predicates"][0]
+    return pred.get("stringValue", pred.get("string_value"))

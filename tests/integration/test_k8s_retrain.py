@@ -1,88 +1,10 @@
-"""Kubernetes manifests (schemas, least privilege, overlays) and change-triggered retraining."""
+"""Change-triggered retraining: the input fingerprint, and submitting only on new data (the
+manifests that run it are tested in test_k8s_manifests.py)."""
 
-import glob
 import os
-import shutil
-import subprocess
 import time
 
 import pytest
-import yaml
-
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "k8s")
-K8S_VERSION = "1.30.0"
-
-
-def _objects(paths):
-    for path in paths:
-        with open(path) as fh:
-            for doc in yaml.safe_load_all(fh):
-                if doc and doc.get("kind") != "Kustomization":
-                    yield path, doc
-
-
-def _validate(doc):
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
-    if doc["apiVersion"].startswith("kubeflow.org"):
-        return
-    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-
-
-def test_base_objects_are_valid_kubernetes():
-    docs = list(_objects(sorted(glob.glob(os.path.join(ROOT, "base", "*.yaml")))))
-    kinds = {d["kind"] for _, d in docs}
-    assert kinds == {
-        "ServiceAccount",
-        "Role",
-        "RoleBinding",
-        "CronJob",
-        "ResourceQuota",
-        "PriorityClass",
-    }
-    for _, doc in docs:
-        _validate(doc)
-
-
-def test_rbac_is_least_privilege():
-    for _, doc in _objects(glob.glob(os.path.join(ROOT, "base", "*.yaml"))):
-        assert doc["kind"] != "ClusterRole", "nothing cluster-wide"
-        for rule in doc.get("rules", []):
-            for key in ("apiGroups", "resources", "verbs"):
-                assert "*" not in rule[key], f"wildcard in {key}: {rule}"
-            assert not set(rule["verbs"]) & {"update", "patch", "escalate", "bind", "impersonate"}
-
-
-def test_no_secrets_in_manifests_or_compiled_pipeline():
-    text = ""
-    for path in glob.glob(os.path.join(ROOT, "**", "*.yaml"), recursive=True):
-        text += open(path).read()
-    text += open(os.path.join(ROOT, "..", "pipelines", "tfrecord_suite_pipeline.yaml")).read()
-    for marker in (
-        "BEGIN PRIVATE KEY",
-        "private_key",
-        "AKIA",
-        "password:",
-        "GOOGLE_APPLICATION_CREDENTIALS",
-    ):
-        assert marker not in text
-
-
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
-@pytest.mark.parametrize("overlay", ["dev", "prod"])
-def test_overlays_render_and_validate(overlay):
-    out = subprocess.run(
-        ["kubectl", "kustomize", os.path.join(ROOT, "overlays", overlay)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    namespaced = [d for d in docs if d["kind"] != "PriorityClass"]
-    assert {d["metadata"]["namespace"] for d in namespaced} == {f"ml-{overlay}"}
-    for doc in docs:
-        _validate(doc)
-    cron = next(d for d in docs if d["kind"] == "CronJob")
-    assert cron["spec"].get("suspend", False) is (overlay == "dev")
 
 
 @pytest.mark.gcs

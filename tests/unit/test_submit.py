@@ -1,12 +1,15 @@
-"""Contract test: `submit` with the real kfp.Client against a local stand-in of the KFP v2beta1 API
-(tests/fakes/fakekfp.py) that checks every request body; no cluster involved."""
+"""Contract test: `submit` and `retrain` with the real kfp.Client against a local stand-in of the
+KFP v2beta1 API (tests/fakes/fakekfp.py) that checks every request body, the namespace rules of
+single- and multi-user backends, and the bearer token of every request; no cluster involved."""
 
+import json
+import os
 import re
-import warnings
 
 import pytest
 
 from fakes.fakekfp import FakeKfp
+from tfrecord_suite.kfp.endpoint import KfpEndpoint
 from tfrecord_suite.kfp.submit import submit_pipeline
 
 PARAMS = {
@@ -17,38 +20,142 @@ PARAMS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def no_kfp_context(tmp_path, monkeypatch):
+    """kfp's client saves a namespace to ~/.config/kfp/context.json when it looks one up; the
+    CronJob's root is read-only, so nothing here may write it (checked after each test)."""
+    import kfp
+
+    context = tmp_path / "kfp-home" / "context.json"
+    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(context))
+    # and no pod namespace unless a test gives one
+    monkeypatch.setattr(
+        "tfrecord_suite.kfp.endpoint.POD_NAMESPACE_FILE", str(tmp_path / "no-namespace")
+    )
+    yield
+    assert not context.exists(), "the kfp client wrote its context file"
+
+
+def _submit(api, **kw):
+    endpoint = kw.pop("endpoint", None) or KfpEndpoint(api.url, auth="none")
+    return submit_pipeline(endpoint=endpoint, experiment=kw.pop("experiment", "exp"), **kw)
+
+
 def test_first_submit_uploads_pipeline_and_starts_a_run():
-    with FakeKfp() as api, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = submit_pipeline(host=api.url, experiment="exp", params=PARAMS, wait=True, timeout=30)
+    with FakeKfp() as api:
+        out = _submit(api, params=PARAMS, wait=True, timeout=30)
         assert api.errors == []
         paths = [(r["method"], r["path"]) for r in api.requests]
         assert ("POST", "/apis/v2beta1/pipelines/upload") in paths
         assert ("POST", "/apis/v2beta1/runs") in paths
         run = next(r for r in api.requests if r["path"] == "/apis/v2beta1/runs")["json"]
         assert run["runtime_config"]["parameters"] == PARAMS
-        assert run["service_account"] == "tfrecord-suite"  # Workload Identity, no keys
+        # the run runs as the account Kubeflow gives pipeline runs (k8s/ binds our Role to it)
+        assert "service_account" not in run or not run["service_account"]
         upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
         assert upload["pipelineInfo"]["name"] == "tfrecord-suite"
         assert out["state"].endswith("SUCCEEDED") and out["run_id"] in api.runs
-        # a second submit adds a pipeline version instead of a second pipeline
-        again = submit_pipeline(host=api.url, experiment="exp", params=PARAMS)
-        assert len(api.pipelines) == 1 and len(api.versions[out["pipeline_id"]]) == 2
-        assert again["version_id"] == api.versions[out["pipeline_id"]][0]["pipeline_version_id"]
+        assert out["backend"] == "2.5.0" and out["namespace"] == ""
+        assert api.tokens_seen() == {None}  # standalone KFP: no credentials sent
+        # the same pipeline again: its version is reused, nothing is uploaded a second time...
+        uploads = sum(r["path"].endswith(("/upload", "/upload_version")) for r in api.requests)
+        _submit(api, params=PARAMS)
+        again = _submit(api, params=PARAMS)
+        assert len(api.pipelines) == 1
+        versions = api.versions[out["pipeline_id"]]
+        assert len(versions) == 2  # the first upload, then the version named by its content
+        assert again["version_id"] == versions[0]["pipeline_version_id"]
+        assert re.fullmatch(r"0\.1\.0-[0-9a-f]{12}", versions[0]["display_name"])
+        assert (
+            sum(r["path"].endswith(("/upload", "/upload_version")) for r in api.requests)
+            == uploads + 1
+        )
+        # ...and another placement is another version
+        from tfrecord_suite.launch.placement import Placement
+
+        gpu = _submit(api, params=PARAMS, placement=Placement("nvidia-l4", 1))
+        assert gpu["version_id"] not in (again["version_id"], out["version_id"])
         assert api.errors == []
 
 
 def test_schedule_creates_a_recurring_run():
-    with FakeKfp() as api, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = submit_pipeline(
-            host=api.url, experiment="nightly", params=PARAMS, schedule="0 0 3 * * *"
-        )
+    with FakeKfp() as api:
+        out = _submit(api, experiment="nightly", params=PARAMS, schedule="0 0 3 * * *")
         assert api.errors == []
         job = api.recurring[out["recurring_run_id"]]
         assert job["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * *"
         assert job["max_concurrency"] in ("1", 1) and not api.runs
-        assert job["service_account"] == "tfrecord-suite"
+
+
+def test_in_cluster_service_account_token_is_sent_and_reread(tmp_path):
+    """Multi-user Kubeflow from a pod: the projected token (KF_PIPELINES_SA_TOKEN_PATH), as
+    `Authorization: Bearer`, on every request, read again after the kubelet rotates it; the
+    runs go to the pod's namespace."""
+    token = tmp_path / "token"
+    token.write_text("sa-token-1\n")
+    namespace = tmp_path / "namespace"
+    namespace.write_text("team-a")
+    with FakeKfp(multi_user=True, tokens=("sa-token-1", "sa-token-2")) as api:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token))
+            mp.setattr("tfrecord_suite.kfp.endpoint.POD_NAMESPACE_FILE", str(namespace))
+            out = _submit(api, endpoint=KfpEndpoint(api.url), params=PARAMS)
+            assert api.errors == [] and out["namespace"] == "team-a"
+            assert api.tokens_seen() == {"Bearer sa-token-1"}
+            token.write_text("sa-token-2")  # rotated
+            _submit(api, endpoint=KfpEndpoint(api.url), params=PARAMS)
+        assert api.tokens_seen() == {"Bearer sa-token-1", "Bearer sa-token-2"}
+        experiment = next(iter(api.experiments.values()))
+        assert experiment["namespace"] == "team-a"
+        (pipeline,) = api.pipelines.values()
+        assert pipeline["namespace"] == "team-a"
+        assert api.errors == []
+
+
+def test_token_file_from_ci_and_refusals(tmp_path):
+    token = tmp_path / "iap-token"
+    token.write_text("ci-token")
+    with FakeKfp(multi_user=True, tokens=("ci-token",)) as api:
+        endpoint = KfpEndpoint(api.url, namespace="team-b", token_file=str(token))
+        _submit(api, endpoint=endpoint, params=PARAMS)
+        assert api.tokens_seen() == {"Bearer ci-token"} and api.errors == []
+    from tfrecord_suite.errors import UserError
+
+    with FakeKfp(multi_user=True, tokens=("ci-token",)) as api:
+        # no namespace from a laptop: say which flag
+        with pytest.raises(UserError, match="multi-user Kubeflow: give --namespace"):
+            _submit(api, endpoint=KfpEndpoint(api.url, token_file=str(token)), params=PARAMS)
+        # a wrong token: the server's 401, with a hint
+        token.write_text("stale")
+        with pytest.raises(UserError, match="401.*check --auth and the token"):
+            _submit(api, endpoint=KfpEndpoint(api.url, token_file=str(token)), params=PARAMS)
+        with pytest.raises(UserError, match="no token at"):
+            KfpEndpoint(api.url, auth="service-account", sa_token_path=str(tmp_path / "x"))
+            _submit(
+                api,
+                endpoint=KfpEndpoint(
+                    api.url, auth="service-account", sa_token_path=str(tmp_path / "x")
+                ),
+                params=PARAMS,
+            )
+        assert not any(r["method"] == "POST" for r in api.requests)
+    with FakeKfp() as api:
+        with pytest.raises(UserError, match="standalone Kubeflow Pipelines, whose runs have no"):
+            _submit(api, endpoint=KfpEndpoint(api.url, namespace="team-a"), params=PARAMS)
+        assert not any(r["method"] == "POST" for r in api.requests)
+
+
+@pytest.mark.parametrize(("version", "ok"), [("2.3.0", False), ("", False), ("2.5.0", True)])
+def test_backend_version_is_checked_before_anything_is_uploaded(version, ok):
+    from tfrecord_suite.errors import UserError
+
+    with FakeKfp(version=version) as api:
+        if ok:
+            _submit(api, params=PARAMS)
+            return
+        with pytest.raises(UserError, match="2.5.0"):
+            _submit(api, params=PARAMS)
+        assert [r["path"] for r in api.requests] == ["/apis/v2beta1/healthz"]
 
 
 @pytest.mark.parametrize("state", ["FAILED"])
@@ -78,8 +185,7 @@ def test_cli_submit_compiles_with_the_placement_flags():
 
     from tfrecord_suite.cli.main import main
 
-    with FakeKfp() as api, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with FakeKfp() as api:
         result = CliRunner().invoke(
             main,
             ["submit", "--host", api.url, "--param", "input_uri=gs://b/raw.csv",
@@ -89,6 +195,34 @@ def test_cli_submit_compiles_with_the_placement_flags():
         upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
     train = upload["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
     assert train["accelerator"]["resourceCount"] == "2"
+
+
+def test_cli_retrain_takes_submits_placement_registry_and_endpoint_flags(tmp_path, monkeypatch):
+    """retrain compiles what submit would: the same placement, images and endpoint flags."""
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli.main import main
+
+    monkeypatch.setattr("tfrecord_suite.kfp.retrain.input_changed", lambda *a: (True, "new"))
+    token = tmp_path / "token"
+    token.write_text("t")
+    with FakeKfp(multi_user=True, tokens=("t",)) as api:
+        result = CliRunner().invoke(
+            main,
+            ["retrain", "--input", "gs://b/raw.csv", "--registry", "gs://b/reg",
+             "--dataset", "rows", "--host", api.url, "--namespace", "team-a",
+             "--token-file", str(token), "--accelerator-type", "nvidia-l4",
+             "--image-registry", "europe-docker.pkg.dev/acme/ml", "--image-tag", "7",
+             "--param", "epochs=2", "--json"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["submitted"] is True
+        upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
+        assert api.errors == [] and api.tokens_seen() == {"Bearer t"}
+    executors = upload["deploymentSpec"]["executors"]
+    assert executors["exec-train-op"]["container"]["image"] == (
+        "europe-docker.pkg.dev/acme/ml/tfrecord-suite-gpu:7"
+    )
 
 
 @pytest.mark.parametrize(
@@ -115,20 +249,16 @@ def test_submit_refuses_what_a_cluster_run_could_not_do(params, root, schedule, 
 
     with FakeKfp() as api:
         with pytest.raises(UserError, match=re.escape(message)):
-            submit_pipeline(
-                host=api.url, experiment="e", params=params, pipeline_root=root, schedule=schedule
-            )
+            _submit(api, params=params, pipeline_root=root, schedule=schedule)
         assert api.requests == []  # nothing was uploaded
 
 
 def test_submit_passes_the_pipeline_root_and_compiles_for_the_registry():
     from tfrecord_suite.kfp.placement import Deployment
 
-    with FakeKfp() as api, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        submit_pipeline(
-            host=api.url,
-            experiment="e",
+    with FakeKfp() as api:
+        _submit(
+            api,
             params=PARAMS,
             pipeline_root="minio://mlpipeline/v2/artifacts",
             deployment=Deployment(image_registry="localhost:5000/ml", image_tag="dev"),
@@ -139,3 +269,15 @@ def test_submit_passes_the_pipeline_root_and_compiles_for_the_registry():
         upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
         images = {e["container"]["image"] for e in upload["deploymentSpec"]["executors"].values()}
         assert images == {"localhost:5000/ml/tfrecord-suite:dev"}
+
+
+def test_endpoint_flags_are_checked():
+    from tfrecord_suite.errors import UserError
+
+    with pytest.raises(UserError, match="with its scheme"):
+        KfpEndpoint("ml-pipeline:8888")
+    with pytest.raises(UserError, match="--auth 'oauth'"):
+        KfpEndpoint("http://x", auth="oauth")
+    with pytest.raises(UserError, match="needs --token-file"):
+        KfpEndpoint("http://x", auth="token-file")
+    assert os.environ.get("KF_PIPELINES_SA_TOKEN_PATH") is None

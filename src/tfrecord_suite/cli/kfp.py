@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from tfrecord_suite.cli import options
-from tfrecord_suite.cli.common import emit, friendly_errors, json_option
+from tfrecord_suite.cli.common import emit, friendly_errors, json_option, stdout_for
 from tfrecord_suite.kfp.compile import COMPILED_YAML
 
 
@@ -49,71 +50,105 @@ def compile_(output: str, as_json: bool, **values: Any) -> None:
     emit({"output": path}, as_json, lambda o: f"wrote {o['output']}")
 
 
+def _endpoint_cls() -> type:
+    from tfrecord_suite.kfp.endpoint import KfpEndpoint
+
+    return KfpEndpoint
+
+
+def submission_options(default_experiment: str) -> Callable[[Callable[..., Any]], Any]:
+    """What ``submit`` and ``retrain`` share: the endpoint, the run, and compile's flags."""
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        for option in reversed(
+            [
+                options.dataclass_options(_endpoint_cls()),
+                click.option("--experiment", default=default_experiment, show_default=True),
+                click.option(
+                    "--param", "params", multiple=True, help="Pipeline parameter k=v (repeatable)."
+                ),
+                click.option(
+                    "--pipeline-root",
+                    default=None,
+                    help="Artifact root for this run (gs://, s3:// or minio://); default: the "
+                    "cluster's.",
+                ),
+                click.option("--run-name", default=None, help="Run (or recurring run) name."),
+                click.option("--pipeline-name", default="tfrecord-suite", show_default=True),
+                click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
+                click.option(
+                    "--timeout",
+                    default=3600,
+                    show_default=True,
+                    help="Seconds to wait with --wait.",
+                ),
+                click.option(
+                    "--service-account",
+                    default="",
+                    help="Kubernetes service account of the run's pods; empty (the default): the "
+                    "one Kubeflow runs pipelines as (pipeline-runner, or default-editor in a "
+                    "profile), which k8s/ binds the job launcher's Role to.",
+                ),
+                options.dataclass_options(_placement_cls()),
+                options.dataclass_options(_deployment_cls()),
+            ]
+        ):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+def _submit(
+    params: dict[str, Any], values: dict[str, Any], schedule: str | None = None
+) -> dict[str, Any]:
+    """Submit with the shared options' ``values`` (see :func:`submission_options`)."""
+    from tfrecord_suite.kfp.submit import submit_pipeline
+
+    return submit_pipeline(
+        endpoint=options.build(_endpoint_cls(), values),
+        placement=options.build(_placement_cls(), values),
+        deployment=options.build(_deployment_cls(), values),
+        params=params,
+        schedule=schedule,
+        **{k: values[k] for k in _SUBMIT_KEYS},
+    )
+
+
+_SUBMIT_KEYS = (
+    "experiment",
+    "run_name",
+    "pipeline_name",
+    "pipeline_root",
+    "service_account",
+    "wait",
+    "timeout",
+)
+
+
 @click.command()
-@click.option("--host", required=True, help="Kubeflow Pipelines API endpoint.")
-@click.option("--experiment", default="tfrecord-suite", show_default=True)
-@click.option("--param", "params", multiple=True, help="Pipeline parameter k=v (repeatable).")
+@submission_options("tfrecord-suite")
 @click.option(
     "--schedule",
     default=None,
     help="Cron expression with six fields, seconds first ('0 0 3 * * *'): a recurring run.",
 )
-@click.option(
-    "--pipeline-root",
-    default=None,
-    help="Artifact root for this run (gs://, s3:// or minio://); default: the cluster's.",
-)
-@click.option("--run-name", default=None, help="Run (or recurring run) name.")
-@click.option("--pipeline-name", default="tfrecord-suite", show_default=True)
-@click.option("--wait/--no-wait", default=False, help="Wait for the run to finish.")
-@click.option("--timeout", default=3600, show_default=True, help="Seconds to wait with --wait.")
-@click.option(
-    "--service-account",
-    default="tfrecord-suite",
-    show_default=True,
-    help="Kubernetes service account of the run's pods (Workload Identity; empty: KFP's default).",
-)
-@options.dataclass_options(_placement_cls())
-@options.dataclass_options(_deployment_cls())
 @json_option
 @friendly_errors
-def submit(
-    host: str,
-    experiment: str,
-    params: tuple[str, ...],
-    schedule: str | None,
-    run_name: str | None,
-    pipeline_name: str,
-    wait: bool,
-    timeout: int,
-    service_account: str,
-    pipeline_root: str | None,
-    as_json: bool,
-    **placement: Any,
-) -> None:
-    """Upload a pipeline version and start a run (or a recurring run) with kfp.Client.
+def submit(params: tuple[str, ...], schedule: str | None, as_json: bool, **values: Any) -> None:
+    """Upload the pipeline (a new version only when it changed) and start a run or recurring run.
 
     The placement, image and resource flags are those of ``compile``: the uploaded version is
-    compiled with them.
+    compiled with them. The endpoint flags say where the API is and how to authenticate: no
+    token (standalone KFP), the pod's projected service-account token (in a cluster), or a
+    token file (CI, IAP, Dex).
     """
-    from tfrecord_suite.kfp.submit import parse_params, submit_pipeline
+    from tfrecord_suite.kfp.submit import parse_params
 
-    result = submit_pipeline(
-        placement=options.build(_placement_cls(), placement),
-        deployment=options.build(_deployment_cls(), placement),
-        pipeline_root=pipeline_root,
-        service_account=service_account,
-        host=host,
-        experiment=experiment,
-        params=parse_params(params),
-        schedule=schedule,
-        run_name=run_name,
-        pipeline_name=pipeline_name,
-        wait=wait,
-        timeout=timeout,
-    )
+    with stdout_for(as_json):  # kfp prints links to the pipeline and run
+        result = _submit(parse_params(params), values, schedule)
     emit(result, as_json)
-    if wait and result.get("state") not in (None, "SUCCEEDED"):
+    if values["wait"] and result.get("state") not in (None, "SUCCEEDED"):
         sys.exit(1)
 
 
@@ -121,40 +156,42 @@ def submit(
 @click.option("--input", "input_uri", required=True, help="Raw data: file, folder, glob or gs://.")
 @click.option("--registry", "registry_root", required=True, help="Dataset registry root.")
 @click.option("--dataset", required=True, help="Dataset name.")
-@click.option("--host", required=True, help="Kubeflow Pipelines API endpoint.")
 @click.option(
     "--if-changed",
     is_flag=True,
     help="Submit only when the input fingerprint differs from the latest version's.",
 )
-@click.option("--experiment", default="tfrecord-suite-retrain", show_default=True)
-@click.option("--param", "params", multiple=True, help="Other pipeline parameter k=v.")
-@click.option("--wait/--no-wait", default=False, help="Wait for the run to finish.")
+@submission_options("tfrecord-suite-retrain")
 @json_option
 @friendly_errors
 def retrain(
     input_uri: str,
     registry_root: str,
     dataset: str,
-    host: str,
     if_changed: bool,
-    experiment: str,
     params: tuple[str, ...],
-    wait: bool,
     as_json: bool,
+    **values: Any,
 ) -> None:
-    """Submit the pipeline for new data (from CI or a CronJob); skip unchanged data."""
-    from tfrecord_suite.kfp.retrain import retrain as run_retrain
-    from tfrecord_suite.kfp.submit import parse_params, submit_pipeline
+    """Submit the pipeline for new data (from CI or a CronJob); skip unchanged data.
 
-    result = run_retrain(
-        input_uri=input_uri,
-        registry_root=registry_root,
-        dataset=dataset,
-        if_changed=if_changed,
-        params=parse_params(params),
-        submit=lambda p: submit_pipeline(host=host, experiment=experiment, params=p, wait=wait),
-    )
+    Takes every flag ``submit`` takes, so the run is compiled for the same images, placement
+    and endpoint as a hand-made submission.
+    """
+    from tfrecord_suite.kfp.retrain import retrain as run_retrain
+    from tfrecord_suite.kfp.submit import parse_params
+
+    with stdout_for(as_json):  # kfp prints links to the pipeline and run
+        result = run_retrain(
+            input_uri=input_uri,
+            registry_root=registry_root,
+            dataset=dataset,
+            if_changed=if_changed,
+            params=parse_params(params),
+            submit=lambda p: _submit(p, values),
+        )
     emit(
         result, as_json, lambda r: ("submitted: " if r["submitted"] else "skipped: ") + r["reason"]
     )
+    if values["wait"] and result.get("state") not in (None, "SUCCEEDED"):
+        sys.exit(1)

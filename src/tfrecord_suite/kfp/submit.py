@@ -91,7 +91,7 @@ def check_submission(
 
 def submit_pipeline(
     *,
-    host: str,
+    endpoint: Any,
     experiment: str,
     params: dict[str, Any],
     schedule: str | None = None,
@@ -99,36 +99,48 @@ def submit_pipeline(
     pipeline_name: str = "tfrecord-suite",
     wait: bool = False,
     timeout: int = 3600,
-    client: Any = None,
     placement: Any = None,
-    service_account: str = "tfrecord-suite",
+    service_account: str = "",
     deployment: Any = None,
     pipeline_root: str | None = None,
 ) -> dict[str, Any]:
-    """Upload the compiled pipeline as a new version and create a run or a recurring run.
+    """Upload the compiled pipeline as a version (unless it is there) and start a run.
 
-    ``placement`` (a :class:`~tfrecord_suite.launch.placement.Placement`) compiles the train
-    step for GPUs/TPUs as ``tfrecord-suite compile`` would, and ``deployment`` (a
-    :class:`~tfrecord_suite.kfp.placement.Deployment`) names the images and the steps'
-    CPU and memory; the run's pods use the Kubernetes ``service_account`` (Workload Identity to
-    GCS, no keys). ``pipeline_root`` overrides the cluster's default artifact root.
+    ``endpoint`` (a :class:`~tfrecord_suite.kfp.endpoint.KfpEndpoint`) says where the API is,
+    which namespace runs go to and how to authenticate. ``placement`` (a
+    :class:`~tfrecord_suite.launch.placement.Placement`) compiles the train step for GPUs/TPUs
+    as ``tfrecord-suite compile`` would, and ``deployment`` (a
+    :class:`~tfrecord_suite.kfp.placement.Deployment`) names the images and the steps' CPU and
+    memory. Pipeline versions are named after their compiled content, so submitting the same
+    pipeline again reuses its version instead of stacking identical ones. The run's pods use
+    ``service_account``, or the one Kubeflow runs pipelines as when empty (``pipeline-runner``
+    standalone, ``default-editor`` in a profile): that account holds what Kubeflow's driver,
+    launcher and executor need (k8s/ binds the job launcher's Role to it).
+    ``pipeline_root`` overrides the cluster's default artifact root.
 
     Returns:
-        IDs of the pipeline, version, experiment and run (or recurring run), and the final run
-        state when ``wait``.
+        IDs of the pipeline, version, experiment and run (or recurring run), the backend's
+        version and the namespace, and the final run state when ``wait``.
+
+    Raises:
+        UserError: What a cluster run could not do (see :func:`check_submission`), or a
+            backend too old for the compiled pipeline (:func:`check_backend`).
 
     """
-    import kfp
+    from tfrecord_suite.kfp.endpoint import connect
 
     check_submission(params, pipeline_root, schedule)
-    client = client or kfp.Client(host=host)
+    session = connect(endpoint)
+    client, namespace = session.client, session.namespace
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    pipeline_id, version_id = _upload(client, pipeline_name, stamp, placement, deployment)
-    exp = client.create_experiment(experiment)
+    pipeline_id, version_id = _upload(session, pipeline_name, placement, deployment)
+    exp = client.create_experiment(experiment, namespace=namespace)
     out: dict[str, Any] = {
         "pipeline_id": pipeline_id,
         "version_id": version_id,
         "experiment_id": exp.experiment_id,
+        "backend": session.backend.version,
+        "namespace": namespace,
     }
     # what a run and a recurring run of this version share
     common = {
@@ -154,28 +166,63 @@ def submit_pipeline(
     return out
 
 
-def _upload(
-    client: Any, pipeline_name: str, stamp: str, placement: Any, deployment: Any
-) -> tuple[str, str]:
-    """Compile and upload the pipeline: a new pipeline, or a new version of the existing one.
+def _upload(session: Any, pipeline_name: str, placement: Any, deployment: Any) -> tuple[str, str]:
+    """Compile the pipeline; find or upload it as a version of the pipeline ``pipeline_name``.
+
+    A new pipeline's first version is the upload that creates it. Later versions are named
+    ``<package version>-<digest of the compiled YAML>``, so the same pipeline compiled for the
+    same images and placement (a nightly ``retrain``) reuses its version instead of uploading
+    it again.
 
     Returns:
-        The pipeline's ID and the uploaded version's.
+        The pipeline's ID and the version's.
 
     """
+    import hashlib
+
     from tfrecord_suite import __version__
     from tfrecord_suite.kfp.compile import compile_pipeline
 
+    client, namespace = session.client, session.namespace
     with tempfile.TemporaryDirectory() as tmp:
         package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"), placement, deployment)
-        pipeline_id = client.get_pipeline_id(pipeline_name)
+        with open(package, "rb") as fh:
+            version_name = f"{__version__}-{hashlib.sha256(fh.read()).hexdigest()[:12]}"
+        pipeline_id = _find(
+            client.list_pipelines(filter=_named(pipeline_name), namespace=namespace),
+            "pipelines",
+            "pipeline_id",
+        )
         if pipeline_id is None:
             pipeline = client.upload_pipeline(
-                package, pipeline_name=pipeline_name, description="tfrecord-suite pipeline"
+                package,
+                pipeline_name=pipeline_name,
+                description="tfrecord-suite pipeline",
+                namespace=namespace,
             )
-            versions = client.list_pipeline_versions(pipeline.pipeline_id).pipeline_versions or []
-            return pipeline.pipeline_id, versions[0].pipeline_version_id
+            first = client.list_pipeline_versions(pipeline.pipeline_id).pipeline_versions or []
+            return pipeline.pipeline_id, first[0].pipeline_version_id
+        existing = _find(
+            client.list_pipeline_versions(pipeline_id, filter=_named(version_name)),
+            "pipeline_versions",
+            "pipeline_version_id",
+        )
+        if existing is not None:
+            return pipeline_id, existing
         version = client.upload_pipeline_version(
-            package, pipeline_version_name=f"{__version__}-{stamp}", pipeline_id=pipeline_id
+            package, pipeline_version_name=version_name, pipeline_id=pipeline_id
         )
         return pipeline_id, version.pipeline_version_id
+
+
+def _named(name: str) -> str:
+    """A v2beta1 list filter: ``display_name`` equals ``name``."""
+    return json.dumps(
+        {"predicates": [{"operation": "EQUALS", "key": "display_name", "stringValue": name}]}
+    )
+
+
+def _find(listing: Any, items: str, key: str) -> str | None:
+    """The ID (``key``) of the first of ``listing.<items>``, or None."""
+    found = getattr(listing, items, None) or []
+    return getattr(found[0], key) if found else None

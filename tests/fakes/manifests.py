@@ -1,0 +1,84 @@
+"""The k8s/ manifests as a cluster would get them.
+
+``render(target)`` is ``kubectl kustomize`` (kustomize v5) where kubectl is installed.
+``cronjob(overlay)`` needs no kubectl: the base CronJob with the overlay's JSON patches applied
+(RFC 6902, as kustomize applies them) and the images component's rewrite; a test checks that it
+equals kubectl's rendering wherever kubectl is there.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+from typing import Any
+
+import yaml
+
+K8S = os.path.join(os.path.dirname(__file__), "..", "..", "k8s")
+
+
+def load(path: str) -> list[dict[str, Any]]:
+    """The YAML documents of one file under k8s/."""
+    with open(os.path.join(K8S, path)) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+
+
+def kubectl() -> str | None:
+    """The kubectl binary (it embeds kustomize), if installed."""
+    return shutil.which("kubectl")
+
+
+def render(target: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize k8s/<target>``."""
+    out = subprocess.run(
+        [kubectl() or "kubectl", "kustomize", os.path.join(K8S, target)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def image_rewrites() -> dict[str, str]:
+    """``name -> newName:newTag`` of the images component (k8s/images)."""
+    (component,) = load("images/kustomization.yaml")
+    return {i["name"]: f"{i.get('newName', i['name'])}:{i['newTag']}" for i in component["images"]}
+
+
+def cronjob(overlay: str) -> dict[str, Any]:
+    """The CronJob of ``overlays/<overlay>`` without kubectl: base + the overlay's patches."""
+    import jsonpatch
+
+    (job,) = load("base/cronjob.yaml")
+    (kustomization,) = load(f"overlays/{overlay}/kustomization.yaml")
+    for patch in kustomization.get("patches", []):
+        if patch["target"].get("kind") != "CronJob":
+            continue
+        if "path" in patch:
+            ops = load(f"overlays/{overlay}/{patch['path']}")[0]
+        else:
+            ops = yaml.safe_load(patch["patch"])
+        job = jsonpatch.apply_patch(job, ops)
+    job = copy.deepcopy(job)
+    job["metadata"]["namespace"] = kustomization["namespace"]
+    for container in pod_spec(job)["containers"]:
+        name, _, _ = container["image"].rpartition(":")
+        container["image"] = image_rewrites().get(name, container["image"])
+    return job
+
+
+def pod_spec(cronjob_doc: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec a CronJob's jobs run."""
+    return cronjob_doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def images_in(doc: Any) -> list[str]:
+    """Every ``image:`` value anywhere in a manifest."""
+    if isinstance(doc, dict):
+        found = [doc["image"]] if isinstance(doc.get("image"), str) else []
+        return found + [i for v in doc.values() for i in images_in(v)]
+    if isinstance(doc, list):
+        return [i for v in doc for i in images_in(v)]
+    return []
