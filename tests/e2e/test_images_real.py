@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -189,3 +190,100 @@ def test_dataflow_worker_image_keeps_the_sdk_entrypoint(engine):
         timeout=600,
     ).stdout  # fmt: skip
     assert out.strip() == apache_beam.__version__ == "2.77.0"
+
+
+@pytest.mark.parametrize("overlay", ["multi-user", "standalone"])
+def test_cronjob_pod_retrains_in_podman(component_image, tmp_path, gcs_bucket, overlay):
+    """The retraining CronJob's pod, as each overlay of k8s/ renders it, run by `podman kube
+    play` with its exact command, args, security context (UID 10001, no capabilities, no
+    privilege escalation, seccomp) and read-only root, against the KFP API stand-in: it
+    fingerprints the raw data on GCS, compiles the pipeline and submits a run; in a profile
+    (multi-user) with its projected token and in its namespace, standalone with neither.
+
+    What podman cannot play is replaced by what the cluster would give, each named here: the
+    pod joins the host's network (the stand-ins listen on 127.0.0.1), the data and API addresses
+    point at the stand-ins (plus STORAGE_EMULATOR_HOST for the GCS one), the namespace from the
+    downward API is written in (podman 4.3 resolves no fieldRef to metadata.namespace), the
+    `$(VAR)` references in args are expanded as the kubelet expands them (podman 4.3 passes them
+    on as written), and the projected token is a file in a host folder (podman has no
+    service-account tokens)."""
+    import copy
+    import uuid
+
+    import yaml
+
+    from fakes import manifests
+    from fakes.fakekfp import FakeKfp
+
+    job = manifests.cronjob(overlay)
+    multi_user = overlay == "multi-user"
+    namespace = job["metadata"]["namespace"] if multi_user else ""
+    template = job["spec"]["jobTemplate"]["spec"]["template"]
+    spec = copy.deepcopy(template["spec"])
+    (container,) = spec["containers"]
+    assert container["image"] == component_image  # the images component's rewrite
+    storage.write_text(f"{gcs_bucket}/raw/rows.csv", "x,label\n1,a\n2,b\n3,a\n")
+    token_dir = tmp_path / "token"
+    token_dir.mkdir()
+    (token_dir / "token").write_text("projected-token")
+    tokens = ("projected-token",) if multi_user else ()
+    with FakeKfp(multi_user=multi_user, tokens=tokens) as api:
+        stand_ins = {
+            "INPUT_URI": f"{gcs_bucket}/raw/rows.csv",
+            "REGISTRY_ROOT": f"{gcs_bucket}/registry",
+            "KFP_HOST": api.url,
+            "KFP_NAMESPACE": namespace,
+        }
+        container["env"] = [
+            {"name": e["name"], "value": stand_ins[e["name"]]} if e["name"] in stand_ins else e
+            for e in container["env"]
+        ] + [{"name": "STORAGE_EMULATOR_HOST", "value": os.environ["STORAGE_EMULATOR_HOST"]}]
+        values = {e["name"]: e["value"] for e in container["env"]}
+        container["args"] = [manifests.expand(a, values) for a in container["args"]]
+        spec["hostNetwork"] = True
+        spec["volumes"] = [
+            {"name": v["name"], "hostPath": {"path": str(token_dir), "type": "Directory"}}
+            if "projected" in v
+            else v
+            for v in spec["volumes"]
+        ]
+        name = f"tfrs-retrain-{uuid.uuid4().hex[:8]}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, **copy.deepcopy(template["metadata"])},
+            "spec": spec,
+        }
+        path = tmp_path / "pod.yaml"
+        path.write_text(yaml.safe_dump(pod))
+        podman("kube", "play", str(path), timeout=300)
+        try:
+            ctr = f"{name}-{container['name']}"
+            for _ in range(600):
+                state = podman("inspect", ctr, "--format", "{{.State.Status}}").stdout.strip()
+                if state in ("exited", "stopped"):
+                    break
+                time.sleep(0.5)
+            info = json.loads(podman("inspect", ctr).stdout)[0]
+            out = podman("logs", ctr)
+            logs = out.stdout + out.stderr
+        finally:
+            podman("pod", "rm", "--force", name, check=False)
+        assert info["State"]["ExitCode"] == 0, logs[-3000:]
+        # the pod ran as the manifest says, not as podman's defaults
+        assert info["HostConfig"]["ReadonlyRootfs"] is True
+        assert info["Config"]["User"].split(":")[0] == "10001"
+        assert "no-new-privileges" in info["HostConfig"]["SecurityOpt"]
+        assert "CAP_CHOWN" in info["HostConfig"]["CapDrop"]
+        assert info["Config"]["Cmd"][:2] == ["tfrecord-suite", "retrain"] or info["Path"] == (
+            "tfrecord-suite"
+        )
+        lines = logs.splitlines()
+        start, end = lines.index("{"), lines.index("}")  # --json: the summary on stdout
+        result = json.loads("\n".join(lines[start : end + 1]))
+        assert result["submitted"] is True and result["namespace"] == namespace, result
+        assert api.errors == []
+        assert api.tokens_seen() == ({"Bearer projected-token"} if multi_user else {None})
+        (run,) = api.runs.values()
+        assert run["runtime_config"]["parameters"]["input_uri"] == f"{gcs_bucket}/raw/rows.csv"
+        assert next(iter(api.experiments.values())).get("namespace", "") == namespace

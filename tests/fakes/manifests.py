@@ -82,3 +82,23 @@ def images_in(doc: Any) -> list[str]:
     if isinstance(doc, list):
         return [i for v in doc for i in images_in(v)]
     return []
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """A container argument as the kubelet expands it: ``$(VAR)`` becomes the value of the
+    container's variable VAR when it has one and stays as written otherwise; ``$$`` is a
+    literal ``$`` (Kubernetes' ``third_party/forked/golang/expansion/expand.go``)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i + 2 :]:
+            end = text.index(")", i + 2)
+            name = text[i + 2 : end]
+            out.append(env[name] if name in env else text[i : end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)

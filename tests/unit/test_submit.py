@@ -127,7 +127,7 @@ def test_token_file_from_ci_and_refusals(tmp_path):
             _submit(api, endpoint=KfpEndpoint(api.url, token_file=str(token)), params=PARAMS)
         # a wrong token: the server's 401, with a hint
         token.write_text("stale")
-        with pytest.raises(UserError, match="401.*check --auth and the token"):
+        with pytest.raises(UserError, match=r"401.*check --auth and the token"):
             _submit(api, endpoint=KfpEndpoint(api.url, token_file=str(token)), params=PARAMS)
         with pytest.raises(UserError, match="no token at"):
             KfpEndpoint(api.url, auth="service-account", sa_token_path=str(tmp_path / "x"))
@@ -153,7 +153,7 @@ def test_backend_version_is_checked_before_anything_is_uploaded(version, ok):
         if ok:
             _submit(api, params=PARAMS)
             return
-        with pytest.raises(UserError, match="2.5.0"):
+        with pytest.raises(UserError, match=r"2\.5\.0"):
             _submit(api, params=PARAMS)
         assert [r["path"] for r in api.requests] == ["/apis/v2beta1/healthz"]
 
