@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from fakes.launcher import mlmd_rejections, output_artifacts
 from tfrecord_suite.io import storage
 from tfrecord_suite.kfp.local_run import run_local
 from tfrecord_suite.registry.manifest import Manifest
@@ -58,6 +59,13 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
     assert models.alias("digits", "stable") == 1 and models.alias("digits", "latest") == 2
     lineage = models.get("digits", 2).manifest["lineage"]
     assert lineage["dataset_digest"] == manifest.content_digest
+    # every artifact of every step of both runs (a dataset's first version has no parent, the
+    # first evaluation no baseline) passes the launcher's conversion into ML Metadata
+    root = str(tmp_path / "bucket" / "pipeline_root")
+    tasks = sorted({task for task, _, _ in output_artifacts(root)})
+    with_artifacts = ["evaluate-op", "register-op", "report-op", "shard-op", "train-op"]
+    assert sorted(t.split("/")[1] for t in tasks) == sorted([*with_artifacts, "version-op"] * 2)
+    assert mlmd_rejections(root) == []
 
 
 def _cli_run(*args: str) -> dict:

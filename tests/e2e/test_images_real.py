@@ -146,6 +146,13 @@ def test_whole_dag_runs_inside_the_component_image(engine, component_image, tmp_
     # the exported model is kept at the model artifact's path, which Kubeflow uploads
     assert os.path.isfile(os.path.join(summary["export_dir"], "saved_model.pb"))
     assert storage.exists(os.path.join(summary["dataset_uri"], "manifest.json"))
+    # every artifact's metadata, as each step wrote it inside the image, passes the launcher's
+    # conversion into ML Metadata (no null: a first version has no parent, a first evaluation
+    # no baseline)
+    from fakes.launcher import mlmd_rejections, output_artifacts
+
+    assert len(output_artifacts(str(workdir))) >= 12
+    assert mlmd_rejections(str(workdir)) == []
 
 
 def test_gpu_image_builds_and_trains(engine, tmp_path, published_digits):

@@ -1,0 +1,51 @@
+"""What Kubeflow's launcher does with a step's outputs, applied to a ``kfp.local`` run.
+
+After a step's code ends, the KFP launcher reads the executor output file the step wrote (the
+same ``executor_output.json`` ``kfp.local`` leaves in each task's folder) and records each output
+artifact, its metadata included, in ML Metadata (``backend/src/v2/component/launcher_v2.go``,
+the metadata converted by ``StructValueToMLMDValue`` in ``backend/src/v2/metadata/converter.go``,
+whose rule ``tfrecord_suite.kfp.mlmd.mlmd_problems`` restates). ``kfp.local`` does neither, so a
+step that would fail on a cluster after its work is done passes locally; these helpers apply the
+rule to every artifact of every step of a local run.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+from tfrecord_suite.kfp.mlmd import mlmd_problems
+
+EXECUTOR_OUTPUT = "executor_output.json"
+
+
+def executor_outputs(pipeline_root: str) -> dict[str, dict[str, Any]]:
+    """``<run>/<task> -> executor output`` for every task under ``pipeline_root``."""
+    out = {}
+    for path in sorted(
+        glob.glob(os.path.join(pipeline_root, "**", EXECUTOR_OUTPUT), recursive=True)
+    ):
+        with open(path) as fh:
+            out[os.path.relpath(os.path.dirname(path), pipeline_root)] = json.load(fh)
+    return out
+
+
+def output_artifacts(pipeline_root: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(task, output name, artifact)`` for every output artifact of every task."""
+    found = []
+    for task, output in executor_outputs(pipeline_root).items():
+        for name, listing in (output.get("artifacts") or {}).items():
+            for artifact in listing.get("artifacts") or []:
+                found.append((task, name, artifact))
+    return found
+
+
+def mlmd_rejections(pipeline_root: str) -> list[str]:
+    """Every artifact metadata field the launcher would fail a task on, named by task."""
+    return [
+        f"{task} {name}: {problem}"
+        for task, name, artifact in output_artifacts(pipeline_root)
+        for problem in mlmd_problems(artifact.get("metadata") or {})
+    ]
