@@ -49,3 +49,24 @@ def mlmd_rejections(pipeline_root: str) -> list[str]:
         for task, name, artifact in output_artifacts(pipeline_root)
         for problem in mlmd_problems(artifact.get("metadata") or {})
     ]
+
+
+def mlmd_roundtrip(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Artifact metadata as a downstream step reads it after ML Metadata stored it.
+
+    ``StructValueToMLMDValue`` stores a number as a double and a boolean as the integer 1 or
+    0, and wraps a list or struct in ``{"list": ...}`` / ``{"struct": ...}``; ``toRuntimeArtifact``
+    (the same file) gives doubles and integers back as numbers and the struct as stored, and
+    nothing in ``backend/src/v2`` unwraps it.
+    """
+    out: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if isinstance(value, int | float):  # a bool too: int_value 1 or 0, read as a number
+            out[key] = float(value)
+        elif isinstance(value, dict):
+            out[key] = {"struct": value}
+        elif isinstance(value, list | tuple):
+            out[key] = {"list": list(value)}
+        else:
+            out[key] = value
+    return out

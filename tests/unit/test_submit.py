@@ -145,15 +145,21 @@ def test_token_file_from_ci_and_refusals(tmp_path):
         assert not any(r["method"] == "POST" for r in api.requests)
 
 
-@pytest.mark.parametrize(("version", "ok"), [("2.3.0", False), ("", False), ("2.5.0", True)])
-def test_backend_version_is_checked_before_anything_is_uploaded(version, ok):
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [("2.2.0", False), ("2.0.5", False), ("2.3.0", True), ("2.17.0", True), ("unknown", True)],
+)
+def test_backend_version_is_checked_before_anything_is_uploaded(version, ok, caplog):
+    """Kubeflow 1.9 (KFP 2.2.0) would drop the trainer's /dev/shm (its driver has no
+    emptyDirMounts); KFP's own images of 2.5-2.15 report their version as "unknown"."""
     from tfrecord_suite.errors import UserError
 
     with FakeKfp(version=version) as api:
         if ok:
             _submit(api, params=PARAMS)
+            assert ("reports no version" in caplog.text) == (version == "unknown")
             return
-        with pytest.raises(UserError, match=r"2\.5\.0"):
+        with pytest.raises(UserError, match=r"older than 2\.3\.0.*emptyDirMounts"):
             _submit(api, params=PARAMS)
         assert [r["path"] for r in api.requests] == ["/apis/v2beta1/healthz"]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import warnings
@@ -34,6 +35,7 @@ SA_TOKEN_ENV = "KF_PIPELINES_SA_TOKEN_PATH"
 #: The namespace a pod runs in (its service account's).
 POD_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 AUTH_MODES = ("auto", "none", "token-file", "service-account")
+_LOG = logging.getLogger(__name__)
 
 
 class BackendError(UserError):
@@ -156,13 +158,24 @@ class Backend:
         return tuple(int(x or 0) for x in m.groups()) if m else None
 
 
-#: The oldest KFP backend that runs the compiled pipeline as this suite relies on; see
-#: :func:`check_backend`.
-MIN_BACKEND = (2, 5, 0)
+#: The oldest KFP backend that runs the compiled pipeline as written. Its driver must apply the
+#: Kubernetes platform settings the pipeline uses: ``fieldPathAsEnv`` (the run id and the pod's
+#: identity, :mod:`tfrecord_suite.podinfo`) from 2.1.0, ``emptyDirMounts`` (the trainer's
+#: in-memory ``/dev/shm``) from 2.3.0 (``backend/src/v2/driver/driver.go`` of each release).
+#: The pod label ``pipeline/runid`` those read is set by every 2.x API server
+#: (``backend/src/apiserver/template/v2_template.go``).
+MIN_BACKEND = (2, 3, 0)
+#: What the API server reports when its image was built without its release tag: KFP's own
+#: images built on GitHub before 2.16.0 (2.5.0 to 2.15.x); releases before 2.5.0 were built
+#: with the tag (``backend/Dockerfile`` ``ARG TAG_NAME=unknown``).
+UNKNOWN_VERSION = "unknown"
 
 
 def check_backend(info: Backend) -> None:
-    """Refuse a backend older than :data:`MIN_BACKEND`, or one that does not say its version.
+    """Refuse a backend older than :data:`MIN_BACKEND`.
+
+    A backend that reports no version (:data:`UNKNOWN_VERSION`) is let through with a warning:
+    KFP's own images of 2.5.0 to 2.15.x report none, and older releases always did.
 
     Raises:
         BackendError: Naming the version found and what an older one would do wrong.
@@ -171,14 +184,19 @@ def check_backend(info: Backend) -> None:
     found = info.version_tuple()
     need = ".".join(map(str, MIN_BACKEND))
     if found is None:
-        raise BackendError(
-            f"the Kubeflow Pipelines backend did not say its version (healthz tag_name "
-            f"{info.version!r}); this pipeline needs {need} or later"
+        _LOG.warning(
+            "the Kubeflow Pipelines backend reports no version (tag_name %r): KFP's own images "
+            "of 2.5.0-2.15.x do that; this pipeline needs %s or later",
+            info.version,
+            need,
         )
+        return
     if found < MIN_BACKEND:
         raise BackendError(
             f"Kubeflow Pipelines backend {info.version} is older than {need}, which this "
-            "pipeline needs: upgrade KFP (Kubeflow 1.10 ships 2.5)"
+            "pipeline needs: before 2.3.0 the driver does not mount the trainer's in-memory "
+            "/dev/shm (emptyDirMounts), before 2.1.0 it does not pass the run id to the steps "
+            "(fieldPathAsEnv); upgrade KFP (Kubeflow 1.9.1 ships 2.3.0, 1.10 ships 2.5.0)"
         )
 
 

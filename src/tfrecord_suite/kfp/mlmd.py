@@ -1,12 +1,17 @@
 """The rule Kubeflow's launcher applies to artifact metadata, applied before the step ends.
 
 After a step's code has succeeded, the KFP launcher stores every output artifact's metadata in
-ML Metadata, converting each top-level field with ``StructValueToMLMDValue``
-(``backend/src/v2/metadata/converter.go``): a string, a number, a boolean, a list or a struct
-converts; a null has no case there ("unknown/unsupported value type") and fails the task, after
-its work is done. ``kfp.local`` never converts, so a null passes every local run. Steps set
-metadata through :func:`describe`, which leaves out fields that have no value and refuses what
-the launcher would refuse, so a local run fails where a cluster run would.
+ML Metadata (``uploadOutputArtifacts`` in ``backend/src/v2/component/launcher_v2.go``),
+converting each top-level field with ``StructValueToMLMDValue``
+(``backend/src/v2/metadata/converter.go``, unchanged from KFP 2.0 to 2.17): a string, a number
+(stored as a double), a boolean (stored as the integer 1 or 0), a list or a struct (stored
+whole, nulls inside included) converts; a top-level null has no case there and fails the task
+after its work is done ("unable to produce MLMD artifact for output ...: unknown/unsupported
+value type *structpb.Value_NullValue"). ``kfp.local`` never converts, so a null passes every
+local run. Steps set metadata through :func:`describe`, which leaves out fields that have no
+value and refuses what the launcher would refuse, so a local run fails where a cluster run
+would. (What a downstream step then reads back differs too: numbers come back as doubles,
+booleans as 1.0 or 0.0, lists and structs wrapped; ``tests/fakes/launcher.py`` plays that.)
 
 Kept free of kfp: :mod:`tfrecord_suite.kfp.tasks` and the tests use it.
 """
@@ -28,9 +33,9 @@ def mlmd_problems(metadata: Mapping[str, Any]) -> list[str]:
     """What the launcher's conversion would refuse in ``metadata``, one line per field.
 
     Top-level values must be a string, a finite number, a boolean, a list or a struct (a
-    mapping with string keys). Inside a list or struct, values go through
-    ``structpb.NewValue``'s JSON rules, so a nested null is a JSON null and passes, but a
-    value JSON cannot hold (NaN, infinity, a set, an object) does not.
+    mapping with string keys). Inside a list or struct anything JSON holds passes, a null
+    included (the converter stores them whole); a value JSON cannot hold (NaN, infinity, a
+    set, an object) fails anywhere, since the launcher reads the executor output as JSON.
     """
     problems = []
     for key, value in metadata.items():
