@@ -163,3 +163,18 @@ def test_bad_data_says_a_retry_will_not_help(tmp_path):
             staged=staged, summary=summary,
         )  # fmt: skip
     assert "bad" in str(err.value.__cause__)
+
+
+def test_publishing_a_cached_shard_result_whose_data_is_gone_says_what_to_do(tmp_path):
+    """Kubeflow may hand the version step a cached shard result from a run whose batch `version
+    gc` has since removed: the step says so and how to run without the cache."""
+    from tfrecord_suite.errors import RetryWillNotHelp
+
+    staged = LauncherArtifact(str(tmp_path / "pod"), "r", "shard-op", "staged")
+    staged.metadata["staged_uri"] = str(tmp_path / "reg" / "rows" / "_data" / "run-gone")
+    dataset, card = (LauncherArtifact(str(tmp_path / "pod"), "r", "version-op", n) for n in "ab")
+    with pytest.raises(RetryWillNotHelp, match=r"are gone.*--no-caching"):
+        tasks.version_task(
+            staged=staged, registry_root=str(tmp_path / "reg"), dataset_name="rows",
+            bump="auto", dataset=dataset, card=card,
+        )  # fmt: skip

@@ -243,3 +243,15 @@ def test_placements_compiled_before_the_rename_still_load():
 
     old = '{"accelerator_count": 0, "accelerator_type": "", "tfjob": true}'
     assert Placement.from_json(old).launch_job is True
+
+
+def test_no_caching_turns_every_step_off(tmp_path):
+    from tfrecord_suite.kfp.placement import Deployment
+
+    def cached(path):
+        tasks = _docs(path)[0]["root"]["dag"]["tasks"]
+        return {name for name, t in tasks.items() if t.get("cachingOptions", {}).get("enableCache")}
+
+    assert cached(COMPILED_YAML) == {"shard-op", "train-op", "evaluate-op", "report-op"}
+    path = compile_pipeline(str(tmp_path / "p.yaml"), deployment=Deployment(caching=False))
+    assert cached(path) == set()

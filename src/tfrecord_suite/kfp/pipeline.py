@@ -82,7 +82,7 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         if policy.retries:
             task.set_retry(num_retries=policy.retries, backoff_duration=policy.backoff,
                            backoff_factor=2)  # fmt: skip
-        if not policy.cache:
+        if not (policy.cache and deployment.caching):
             task.set_caching_options(False)
         if policy.pod_info:
             for env, field_path in podinfo.FIELDS.items():

@@ -102,12 +102,15 @@ class Deployment:
         image_tag: Tag of those images.
         step_resources: CPU/memory requests overriding the defaults, as step=CPU/MEMORY pairs
             separated by commas, e.g. shard=8/32Gi,train=16/64Gi.
+        caching: Let Kubeflow reuse an earlier run's result of the steps that allow it (shard
+            and train on the same data and parameters); --no-caching runs every step.
 
     """
 
     image_registry: str = DEFAULT_REGISTRY
     image_tag: str = DEFAULT_TAG
     step_resources: str = ""
+    caching: bool = True
 
     def __post_init__(self) -> None:
         self.images  # noqa: B018 - validates the registry and tag now, with a clear message

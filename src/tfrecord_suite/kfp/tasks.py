@@ -200,14 +200,24 @@ def version_task(
     """
     from tfrecord_suite.registry.card import dataset_card
     from tfrecord_suite.registry.datasets import Registry, RegistryError
+    from tfrecord_suite.shard.summary import SUMMARY_FILE
 
     _setup_logging()
     registry = Registry(registry_root)
     with _final_on_bad_input("version", RegistryError):
         if publish_mode not in ("new", "append"):
             raise RegistryError(f"publish_mode {publish_mode!r}: use new or append")
+        staged_uri = staged.metadata.get("staged_uri") or staged.uri
+        if not storage.exists(storage.join(staged_uri, SUMMARY_FILE)):
+            # Kubeflow reused a cached shard result whose batch no version kept (version gc)
+            raise RegistryError(
+                f"the staged shards at {staged_uri} are gone: the shard step's result was "
+                "probably taken from Kubeflow's cache after `version gc` removed its data; run "
+                "again with caching off (tfrecord-suite submit --no-caching, or 'enable caching' "
+                "unticked in the Kubeflow UI)"
+            )
         result = registry.publish(
-            staged.metadata.get("staged_uri") or staged.uri,
+            staged_uri,
             dataset_name,
             bump,
             producer={
