@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile images clean tcmalloc
+.PHONY: demo test test-fast lint bench compile components images clean tcmalloc
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,7 +46,13 @@ images: $(STAMP)
 	$(BIN)/tfrecord-suite images build $(IMAGES_ARGS)
 
 compile: $(STAMP)
-	$(BIN)/tfrecord-suite compile --output pipelines/tfrecord_suite_pipeline.yaml
+	for p in retraining data training; do \
+	  $(BIN)/tfrecord-suite compile --pipeline $$p --output pipelines/$$p.yaml || exit 1; done
+
+# each component's compiled spec and README (components/<name>/), from the component functions
+# and their metadata.yaml; a test fails when a committed one is stale
+components: $(STAMP)
+	$(BIN)/tfrecord-suite components
 
 clean:
 	rm -rf $(VENV) local_outputs demo-bucket bench-results

@@ -1,7 +1,7 @@
 """What a step's pod knows about itself on Kubernetes, handed in through the downward API.
 
-The compiled pipeline gives each step that needs it these environment variables
-(:func:`tfrecord_suite.kfp.pipeline.build_pipeline` sets them with kfp-kubernetes'
+The compiled pipelines give each step that needs them these environment variables
+(:func:`tfrecord_suite.kfp.steps.configure` sets them with kfp-kubernetes'
 ``use_field_path_as_env``), so none of them is a component input:
 
 * the pipeline run's ID, from the pod label ``pipeline/runid`` that the KFP API server puts on

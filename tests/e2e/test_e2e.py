@@ -33,13 +33,13 @@ def test_digits_dag_beats_majority_baseline(tmp_path, digits_dir):
     cached = {t["componentRef"]["name"] for t in tasks.values()
               if t.get("cachingOptions", {}).get("enableCache")}  # fmt: skip
     first, second, third = fingerprints(recorder.runs, cached)
-    assert first["comp-shard-op"] == second["comp-shard-op"] == third["comp-shard-op"]
-    assert first["comp-train-op"] != second["comp-train-op"]  # 8 epochs, then 1
-    assert second["comp-train-op"] == third["comp-train-op"]
+    assert first["comp-shard"] == second["comp-shard"] == third["comp-shard"]
+    assert first["comp-train"] != second["comp-train"]  # 8 epochs, then 1
+    assert second["comp-train"] == third["comp-train"]
     # what the README says is never cached, or always runs: not cached by policy, or fed a
     # new artifact by a step that is not (the evaluation, against the current stable model)
-    assert {"comp-fingerprint-op", "comp-version-op", "comp-register-op"}.isdisjoint(cached)
-    assert second["comp-evaluate-op"] != third["comp-evaluate-op"]
+    assert {"comp-fingerprint", "comp-version", "comp-register"}.isdisjoint(cached)
+    assert second["comp-evaluate"] != third["comp-evaluate"]
 
 
 def _digits_runs(tmp_path, digits_dir):
@@ -88,8 +88,8 @@ def _digits_runs(tmp_path, digits_dir):
     # first evaluation no baseline) passes the launcher's conversion into ML Metadata
     root = str(tmp_path / "bucket" / "pipeline_root")
     tasks = sorted({task for task, _, _ in output_artifacts(root)})
-    with_artifacts = ["evaluate-op", "register-op", "report-op", "shard-op", "train-op"]
-    assert sorted(t.split("/")[1] for t in tasks) == sorted([*with_artifacts, "version-op"] * 2)
+    with_artifacts = ["evaluate", "register", "report", "shard", "train"]
+    assert sorted(t.split("/")[1] for t in tasks) == sorted([*with_artifacts, "version"] * 2)
     assert mlmd_rejections(root) == []
     # the same data and parameters once more (the cache keys above)
     run_local(

@@ -122,11 +122,11 @@ def test_whole_dag_runs_inside_the_component_image(engine, component_image, tmp_
     # one line per step as it starts and ends, epochs while training; the rest in the log
     steps = [s["step"] for s in summary["steps"]]
     assert sorted(steps) == sorted(
-        ["fingerprint-op", "shard-op", "version-op", "train-op", "evaluate-op", "register-op",
-         "promote-op", "report-op"]
+        ["fingerprint", "shard", "version", "train", "evaluate", "register",
+         "promote", "report"]
     ), steps  # fmt: skip
     assert all(s["status"] == "success" for s in summary["steps"]), summary["steps"]
-    assert any("train-op: epoch 4/4" in line for line in lines), lines
+    assert any("train: epoch 4/4" in line for line in lines), lines
     assert len(lines) < 60, lines
     log = open(summary["log"]).read()
     assert f"Found image '{component_image}'" in log

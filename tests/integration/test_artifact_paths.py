@@ -53,7 +53,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
         return LauncherArtifact(mount, run, step, name)
 
     digest = tasks.fingerprint_task(penguins_csv)
-    staged, shard_summary = out("shard-op", "staged"), out("shard-op", "summary")
+    staged, shard_summary = out("shard", "staged"), out("shard", "summary")
     tasks.shard_task(
         input_uri=penguins_csv, registry_root=registry, dataset_name="penguins",
         fingerprint=digest, input_format="auto", label="species", key_column="",
@@ -65,25 +65,25 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     assert staged.metadata["staged_uri"].startswith(
         os.path.join(registry, "penguins", "_data", f"run-{run}-")
     )
-    dataset, card = out("version-op", "dataset"), out("version-op", "card")
+    dataset, card = out("version", "dataset"), out("version", "card")
     ref, content = tasks.version_task(
         staged=staged, registry_root=registry, dataset_name="penguins", bump="auto",
         dataset=dataset, card=card,
     )  # fmt: skip
     assert ref == f"{registry}/penguins@1.0.0"
-    model, metrics = out("train-op", "model"), out("train-op", "metrics")
-    confusion, report = out("train-op", "classification_metrics"), out("train-op", "report")
+    model, metrics = out("train", "model"), out("train", "metrics")
+    confusion, report = out("train", "classification_metrics"), out("train", "report")
     tasks.train_task(
         dataset_ref=ref, dataset_digest=content, strategy="auto", cpu_devices=1, epochs=2,
         batch_size=16, learning_rate=0.01, model_fn="", model=model, metrics=metrics,
         classification_metrics=confusion, report=report,
     )  # fmt: skip
-    evaluation, comparison = out("evaluate-op", "evaluation"), out("evaluate-op", "comparison")
+    evaluation, comparison = out("evaluate", "evaluation"), out("evaluate", "comparison")
     decision = tasks.evaluate_task(
         dataset=dataset, model=model, model_registry="", model_name="", baseline_alias="stable",
         tolerance=0.0, evaluation=evaluation, comparison=comparison,
     )  # fmt: skip
-    registered = out("register-op", "registered")
+    registered = out("register", "registered")
     number = tasks.register_task(
         dataset=dataset, model=model, evaluation=evaluation, model_registry="", model_name="",
         registered=registered,
@@ -93,7 +93,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
         registered=registered, evaluation=evaluation, model_registry="", model_name="",
         alias="stable",
     ) == 1  # fmt: skip
-    summary = out("report-op", "summary")
+    summary = out("report", "summary")
     report_json = json.loads(
         tasks.report_task(
             dataset=dataset, model=model, metrics=metrics, summary=summary,
@@ -153,7 +153,7 @@ def test_bad_data_says_a_retry_will_not_help(tmp_path):
 
     raw = tmp_path / "raw.csv"
     raw.write_text("x,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(40)) + "oops\n" * 40)
-    staged, summary = (LauncherArtifact(str(tmp_path / "pod"), "r", "shard-op", n) for n in "ab")
+    staged, summary = (LauncherArtifact(str(tmp_path / "pod"), "r", "shard", n) for n in "ab")
     with pytest.raises(RetryWillNotHelp, match="retrying the shard step will not help") as err:
         tasks.shard_task(
             input_uri=str(raw), registry_root=str(tmp_path / "reg"), dataset_name="rows",
@@ -170,9 +170,9 @@ def test_publishing_a_cached_shard_result_whose_data_is_gone_says_what_to_do(tmp
     gc` has since removed: the step says so and how to run without the cache."""
     from tfrecord_suite.errors import RetryWillNotHelp
 
-    staged = LauncherArtifact(str(tmp_path / "pod"), "r", "shard-op", "staged")
+    staged = LauncherArtifact(str(tmp_path / "pod"), "r", "shard", "staged")
     staged.metadata["staged_uri"] = str(tmp_path / "reg" / "rows" / "_data" / "run-gone")
-    dataset, card = (LauncherArtifact(str(tmp_path / "pod"), "r", "version-op", n) for n in "ab")
+    dataset, card = (LauncherArtifact(str(tmp_path / "pod"), "r", "version", n) for n in "ab")
     with pytest.raises(RetryWillNotHelp, match=r"are gone.*--no-caching"):
         tasks.version_task(
             staged=staged, registry_root=str(tmp_path / "reg"), dataset_name="rows",

@@ -5,10 +5,12 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tfrecord_suite.kfp import compile as compile_module
 from tfrecord_suite.kfp.compile import compile_pipeline
+from tfrecord_suite.pipelines import PIPELINES, compiled_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPILED_YAML = os.path.join(ROOT, compile_module.COMPILED_YAML)
@@ -19,11 +21,35 @@ def _docs(path):
         return list(yaml.safe_load_all(fh))
 
 
-def test_committed_yaml_is_up_to_date(tmp_path):
-    fresh = compile_pipeline(str(tmp_path / "p.yaml"))
-    assert _docs(fresh) == _docs(COMPILED_YAML), (
-        "pipelines/tfrecord_suite_pipeline.yaml is stale: run `make compile` and commit it"
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_committed_yaml_is_up_to_date(tmp_path, pipeline):
+    fresh = compile_pipeline(str(tmp_path / "p.yaml"), pipeline=pipeline)
+    committed = os.path.join(ROOT, compiled_path(pipeline))
+    assert _docs(fresh) == _docs(committed), (
+        f"{compiled_path(pipeline)} is stale: run `make compile` and commit it"
     )
+
+
+def test_the_data_and_training_pipelines():
+    """Data only (no training), and training on a published version: the same steps as the
+    retraining pipeline, the version pinned by resolve_dataset (never cached: aliases move)."""
+    data = _docs(os.path.join(ROOT, compiled_path("data")))[0]
+    assert set(data["root"]["dag"]["tasks"]) == {"fingerprint", "shard", "version"}
+    assert set(data["root"]["outputDefinitions"]["parameters"]) == {"ref", "digest"}
+    training = _docs(os.path.join(ROOT, compiled_path("training")))[0]
+    tasks = training["root"]["dag"]["tasks"]
+    assert set(tasks) == {"resolve-dataset", "train", "evaluate", "register", "condition-1",
+                          "report"}  # fmt: skip
+    assert not tasks["resolve-dataset"]["cachingOptions"].get("enableCache")
+    ref = tasks["train"]["inputs"]["parameters"]["dataset_ref"]["taskOutputParameter"]
+    assert ref == {"producerTask": "resolve-dataset", "outputParameterKey": "ref"}
+    assert tasks["resolve-dataset"]["inputs"]["parameters"]["dataset_ref"] == {
+        "componentInputParameter": "dataset_ref"
+    }
+    # every pipeline parameter is described (the Kubeflow UI shows it)
+    for spec in (data, training):
+        params = spec["root"]["inputDefinitions"]["parameters"]
+        assert all(p.get("description") for p in params.values()), params
 
 
 def test_yaml_parses_as_pipeline_spec_proto():
@@ -35,34 +61,34 @@ def test_yaml_parses_as_pipeline_spec_proto():
     assert spec.pipeline_info.name == "tfrecord-suite"
     tasks = spec.root.dag.tasks
     assert set(tasks) == {
-        "fingerprint-op",
-        "shard-op",
-        "version-op",
-        "train-op",
-        "evaluate-op",
-        "register-op",
+        "fingerprint",
+        "shard",
+        "version",
+        "train",
+        "evaluate",
+        "register",
         "condition-1",
-        "report-op",
+        "report",
     }
-    assert tasks["version-op"].dependent_tasks == ["shard-op"]
+    assert tasks["version"].dependent_tasks == ["shard"]
     # the gate: promote runs only inside the condition on the evaluation's decision
     gate = tasks["condition-1"]
     assert "promote" in gate.trigger_policy.condition
-    assert "evaluate-op" in gate.trigger_policy.condition
-    assert set(spec.components["comp-condition-1"].dag.tasks) == {"promote-op"}
+    assert "evaluate" in gate.trigger_policy.condition
+    assert set(spec.components["comp-condition-1"].dag.tasks) == {"promote"}
     # steps that write the registries re-run instead of returning a cached result
-    for name in ("version-op", "register-op", "fingerprint-op"):
+    for name in ("version", "register", "fingerprint"):
         assert not tasks[name].caching_options.enable_cache, name
-    assert tasks["train-op"].caching_options.enable_cache
+    assert tasks["train"].caching_options.enable_cache
     # training is cached on the exact dataset version and its content digest, not on an artifact
     # that every run mints anew
-    train_inputs = tasks["train-op"].inputs.parameters
+    train_inputs = tasks["train"].inputs.parameters
     for name, output in (("dataset_ref", "ref"), ("dataset_digest", "digest")):
         src = train_inputs[name].task_output_parameter
-        assert (src.producer_task, src.output_parameter_key) == ("version-op", output)
-    assert "dataset" not in tasks["train-op"].inputs.artifacts
+        assert (src.producer_task, src.output_parameter_key) == ("version", output)
+    assert "dataset" not in tasks["train"].inputs.artifacts
     assert (
-        spec.components["comp-train-op"]
+        spec.components["comp-train"]
         .output_definitions.artifacts["model"]
         .artifact_type.schema_title
         == "system.Model"
@@ -102,7 +128,7 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
             str(tmp_path / "gpu.yaml"), Placement(accelerator_type="nvidia-l4", accelerator_count=2)
         )
     )
-    train = _executors(gpu)["exec-train-op"]["container"]
+    train = _executors(gpu)["exec-train"]["container"]
     # the train step's own pod runs the CUDA build, and holds all of its GPUs
     assert train["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0"
     assert train["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
@@ -113,15 +139,15 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
         and train["resources"]["memoryRequest"] == 17.179869184
     )
     assert "cpuLimit" not in train["resources"]
-    k8s = _k8s(gpu, "exec-train-op")
+    k8s = _k8s(gpu, "exec-train")
     assert k8s["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     assert k8s["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert k8s["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
-    shard = _executors(gpu)["exec-shard-op"]["container"]
+    shard = _executors(gpu)["exec-shard"]["container"]
     assert "accelerator" not in shard["resources"]
     assert shard["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0"
     # the TFJob replicas get the same image as the in-pod trainer would
-    args = gpu[0]["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]["trainer_image"]
+    args = gpu[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["trainer_image"]
     assert args["runtimeValue"]["constant"] == "ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0"
     tpu = _docs(
         compile_pipeline(
@@ -131,11 +157,11 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
             ),
         )
     )
-    assert _k8s(tpu, "exec-train-op")["nodeSelector"]["labels"] == {
+    assert _k8s(tpu, "exec-train")["nodeSelector"]["labels"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "2x2",
     }
-    train = _executors(tpu)["exec-train-op"]["container"]
+    train = _executors(tpu)["exec-train"]["container"]
     assert train["resources"]["accelerator"]["resourceType"] == "google.com/tpu"
     assert train["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite-tpu:0.1.0"
     # a TFJob launcher pod waits on CPU; the accelerator image goes to its replicas
@@ -145,10 +171,10 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
             Placement(accelerator_type="nvidia-l4", accelerator_count=2, launch_job=True),
         )
     )
-    train = _executors(launcher)["exec-train-op"]["container"]
+    train = _executors(launcher)["exec-train"]["container"]
     assert train["image"] == "ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0"
     assert "accelerator" not in train["resources"] and train["resources"]["cpuRequest"] == 0.5
-    args = launcher[0]["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]
+    args = launcher[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
     assert args["trainer_image"]["runtimeValue"]["constant"].endswith("tfrecord-suite-gpu:0.1.0")
     with pytest.raises(ValueError, match="needs --accelerator-type"):
         Placement(accelerator_count=1)
@@ -170,10 +196,10 @@ def test_every_step_requests_cpu_and_memory_and_names_its_image(tmp_path):
         )
     )
     executors = _executors(docs)
-    assert len(executors) == 8
+    assert len(executors) == 8  # resolve_dataset is the training pipeline's
     for name, executor in executors.items():
         container = executor["container"]
-        step = name.removeprefix("exec-").removesuffix("-op")
+        step = name.removeprefix("exec-").replace("-", "_")
         assert container["image"] == "europe-docker.pkg.dev/acme/ml/tfrecord-suite:2026.11.1"
         assert container["resources"]["cpuRequest"] > 0, name
         assert container["resources"]["memoryRequest"] > 0, name
@@ -181,8 +207,8 @@ def test_every_step_requests_cpu_and_memory_and_names_its_image(tmp_path):
         assert env["TFRECORD_SUITE_IMAGE"] == container["image"]
         if step in STEP_REQUESTS:
             assert step not in ("shard",) or container["resources"]["cpuRequest"] == 16
-    assert executors["exec-shard-op"]["container"]["resources"]["memoryRequest"] == 68.719476736
-    assert executors["exec-train-op"]["container"]["resources"]["cpuRequest"] == 8
+    assert executors["exec-shard"]["container"]["resources"]["memoryRequest"] == 68.719476736
+    assert executors["exec-train"]["container"]["resources"]["cpuRequest"] == 8
 
 
 def test_bad_deployment_and_placement_fail_with_one_line(tmp_path):
@@ -217,7 +243,7 @@ def test_launcher_is_a_pipeline_parameter_whose_default_compile_sets(tmp_path):
         with open(path) as fh:
             spec = yaml.safe_load_all(fh).__next__()
         param = spec["root"]["inputDefinitions"]["parameters"]["launcher"]
-        train = spec["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]["launcher"]
+        train = spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["launcher"]
         assert train == {"componentInputParameter": "launcher"}  # a run can override it
         return param["defaultValue"]
 
@@ -232,7 +258,7 @@ def test_launcher_is_a_pipeline_parameter_whose_default_compile_sets(tmp_path):
     assert result.exit_code == 0, result.output
     with open(out) as fh:
         spec = yaml.safe_load_all(fh).__next__()
-    placement = spec["root"]["dag"]["tasks"]["train-op"]["inputs"]["parameters"]["placement"]
+    placement = spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["placement"]
     assert json.loads(placement["runtimeValue"]["constant"])["launch_job"] is True
     result = CliRunner().invoke(main, ["compile", "--output", out, "--launcher", "mpijob"])
     assert result.exit_code != 0 and "--launcher 'mpijob'" in result.output
@@ -252,6 +278,6 @@ def test_no_caching_turns_every_step_off(tmp_path):
         tasks = _docs(path)[0]["root"]["dag"]["tasks"]
         return {name for name, t in tasks.items() if t.get("cachingOptions", {}).get("enableCache")}
 
-    assert cached(COMPILED_YAML) == {"shard-op", "train-op", "evaluate-op", "report-op"}
+    assert cached(COMPILED_YAML) == {"shard", "train", "evaluate", "report"}
     path = compile_pipeline(str(tmp_path / "p.yaml"), deployment=Deployment(caching=False))
     assert cached(path) == set()

@@ -199,7 +199,7 @@ def test_cli_submit_compiles_with_the_placement_flags():
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
-    train = upload["deploymentSpec"]["executors"]["exec-train-op"]["container"]["resources"]
+    train = upload["deploymentSpec"]["executors"]["exec-train"]["container"]["resources"]
     assert train["accelerator"]["resourceCount"] == "2"
 
 
@@ -226,7 +226,7 @@ def test_cli_retrain_takes_submits_placement_registry_and_endpoint_flags(tmp_pat
         upload = next(r for r in api.requests if r["path"].endswith("/upload"))["uploaded"]
         assert api.errors == [] and api.tokens_seen() == {"Bearer t"}
     executors = upload["deploymentSpec"]["executors"]
-    assert executors["exec-train-op"]["container"]["image"] == (
+    assert executors["exec-train"]["container"]["image"] == (
         "europe-docker.pkg.dev/acme/ml/tfrecord-suite-gpu:7"
     )
 

@@ -10,7 +10,7 @@ import click
 
 from tfrecord_suite.cli import options
 from tfrecord_suite.cli.common import emit, friendly_errors, json_option, stdout_for
-from tfrecord_suite.kfp.compile import COMPILED_YAML
+from tfrecord_suite.kfp.compile import DEFAULT_PIPELINE
 
 
 def _placement_cls() -> type:
@@ -25,27 +25,44 @@ def _deployment_cls() -> type:
     return Deployment
 
 
+def _pipeline_option(fn: Callable[..., Any]) -> Any:
+    from tfrecord_suite.pipelines import PIPELINES
+
+    return click.option(
+        "--pipeline",
+        type=click.Choice(PIPELINES),
+        default=DEFAULT_PIPELINE,
+        show_default=True,
+        help="The ready pipeline: retraining (raw data to a promoted model), data (raw data to "
+        "a dataset version) or training (a dataset version to a promoted model).",
+    )(fn)
+
+
 @click.command("compile")
 @click.option(
     "--output",
-    default=COMPILED_YAML,
-    show_default=True,
-    help="Where to write the pipeline YAML.",
+    default=None,
+    help="Where to write the pipeline YAML  [default: pipelines/<pipeline>.yaml]",
 )
+@_pipeline_option
 @options.dataclass_options(_placement_cls())
 @options.dataclass_options(_deployment_cls())
 @json_option
 @friendly_errors
-def compile_(output: str, as_json: bool, **values: Any) -> None:
+def compile_(output: str | None, pipeline: str, as_json: bool, **values: Any) -> None:
     """Compile the pipeline to YAML for the Kubeflow UI (needs only kfp).
 
     The placement flags put the train step on GPU or TPU nodes (node selector, toleration,
     accelerator limit); /dev/shm is always an in-memory volume.
     """
     from tfrecord_suite.kfp.compile import compile_pipeline
+    from tfrecord_suite.pipelines import compiled_path
 
     path = compile_pipeline(
-        output, options.build(_placement_cls(), values), options.build(_deployment_cls(), values)
+        output or compiled_path(pipeline),
+        options.build(_placement_cls(), values),
+        options.build(_deployment_cls(), values),
+        pipeline,
     )
     emit({"output": path}, as_json, lambda o: f"wrote {o['output']}")
 
@@ -74,7 +91,12 @@ def submission_options(default_experiment: str) -> Callable[[Callable[..., Any]]
                     "cluster's.",
                 ),
                 click.option("--run-name", default=None, help="Run (or recurring run) name."),
-                click.option("--pipeline-name", default="tfrecord-suite", show_default=True),
+                click.option(
+                    "--pipeline-name",
+                    default="",
+                    help="Name of the pipeline in Kubeflow; default: the ready pipeline's own "
+                    "(tfrecord-suite, tfrecord-suite-data, tfrecord-suite-training).",
+                ),
                 click.option("--wait/--no-wait", default=False, help="Wait for the run to finish."),
                 click.option(
                     "--timeout",
@@ -100,7 +122,10 @@ def submission_options(default_experiment: str) -> Callable[[Callable[..., Any]]
 
 
 def _submit(
-    params: dict[str, Any], values: dict[str, Any], schedule: str | None = None
+    params: dict[str, Any],
+    values: dict[str, Any],
+    schedule: str | None = None,
+    pipeline: str = DEFAULT_PIPELINE,
 ) -> dict[str, Any]:
     """Submit with the shared options' ``values`` (see :func:`submission_options`)."""
     from tfrecord_suite.kfp.submit import submit_pipeline
@@ -111,6 +136,7 @@ def _submit(
         deployment=options.build(_deployment_cls(), values),
         params=params,
         schedule=schedule,
+        pipeline=pipeline,
         **{k: values[k] for k in _SUBMIT_KEYS},
     )
 
@@ -128,6 +154,7 @@ _SUBMIT_KEYS = (
 
 @click.command()
 @submission_options("tfrecord-suite")
+@_pipeline_option
 @click.option(
     "--schedule",
     default=None,
@@ -135,7 +162,9 @@ _SUBMIT_KEYS = (
 )
 @json_option
 @friendly_errors
-def submit(params: tuple[str, ...], schedule: str | None, as_json: bool, **values: Any) -> None:
+def submit(
+    params: tuple[str, ...], pipeline: str, schedule: str | None, as_json: bool, **values: Any
+) -> None:
     """Upload the pipeline (a new version only when it changed) and start a run or recurring run.
 
     The placement, image and resource flags are those of ``compile``: the uploaded version is
@@ -146,7 +175,7 @@ def submit(params: tuple[str, ...], schedule: str | None, as_json: bool, **value
     from tfrecord_suite.kfp.submit import parse_params
 
     with stdout_for(as_json):  # kfp prints links to the pipeline and run
-        result = _submit(parse_params(params), values, schedule)
+        result = _submit(parse_params(params, pipeline), values, schedule, pipeline)
     emit(result, as_json)
     if values["wait"] and result.get("state") not in (None, "SUCCEEDED"):
         sys.exit(1)
@@ -194,4 +223,28 @@ def retrain(
         result, as_json, lambda r: ("submitted: " if r["submitted"] else "skipped: ") + r["reason"]
     )
     if values["wait"] and result.get("state") not in (None, "SUCCEEDED"):
+        sys.exit(1)
+
+
+@click.command("components")
+@click.option(
+    "--root",
+    default="components",
+    show_default=True,
+    help="The components folder (each component's metadata.yaml is read from there).",
+)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 listing the stale files.")
+@json_option
+@friendly_errors
+def components_(root: str, check: bool, as_json: bool) -> None:
+    """Write each component's component.yaml and README.md, and the index (make components)."""
+    from tfrecord_suite.kfp.catalog import write
+
+    stale = write(root, check=check)
+    emit(
+        {"stale" if check else "written": stale},
+        as_json,
+        lambda r: "\n".join(next(iter(r.values()))) or "up to date",
+    )
+    if check and stale:
         sys.exit(1)

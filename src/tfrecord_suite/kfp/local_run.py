@@ -128,7 +128,7 @@ def run_local(
     say: Callable[[str], None] | None = None,
     **params: Any,
 ) -> dict[str, Any]:
-    """Run :func:`~tfrecord_suite.kfp.pipeline.tfrecord_suite_pipeline` locally.
+    """Run the retraining pipeline (:mod:`tfrecord_suite.pipelines.retraining`) locally.
 
     Args:
         input_uri: Raw data.
@@ -150,7 +150,7 @@ def run_local(
     """
     from kfp import local
 
-    from tfrecord_suite.kfp.pipeline import tfrecord_suite_pipeline
+    from tfrecord_suite.kfp.compile import build
 
     if runner not in RUNNERS:
         raise UserError(f"--runner {runner!r}: choose one of {', '.join(RUNNERS)}")
@@ -180,7 +180,7 @@ def run_local(
         real_stdout = sys.stdout
         sys.stdout = reporter
         try:
-            task = tfrecord_suite_pipeline(
+            task = build()(
                 input_uri=input_uri,
                 registry_root=os.path.join(workdir, "registry"),
                 dataset_name=dataset_name,

@@ -53,6 +53,7 @@ STEP_REQUESTS: dict[str, tuple[str, str]] = {
     "fingerprint": ("500m", "512Mi"),
     "shard": ("4", "8Gi"),
     "version": ("1", "2Gi"),
+    "resolve_dataset": ("250m", "512Mi"),
     "evaluate": ("2", "8Gi"),
     "register": ("1", "2Gi"),
     "promote": ("250m", "256Mi"),

@@ -12,16 +12,16 @@ from typing import Any
 from tfrecord_suite.errors import UserError
 
 
-def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["k=v", ...]`` -> ``{k: v}``, typed by the pipeline's parameter declarations.
+def parse_params(pairs: Sequence[str], pipeline: str = "retraining") -> dict[str, Any]:
+    """``["k=v", ...]`` -> ``{k: v}``, typed by the ready pipeline's parameter declarations.
 
     Raises:
-        ValueError: A pair without ``=``, an unknown parameter, or a value of the wrong type.
+        UserError: A pair without ``=``, an unknown parameter, or a value of the wrong type.
 
     """
-    from tfrecord_suite.kfp.pipeline import tfrecord_suite_pipeline
+    from tfrecord_suite.kfp.compile import build
 
-    inputs = tfrecord_suite_pipeline.component_spec.inputs or {}
+    inputs = build(pipeline).component_spec.inputs or {}
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -72,7 +72,7 @@ def check_submission(
             f"{', '.join(PIPELINE_ROOT_SCHEMES)} roots only; give one of those (or none, for the "
             "cluster's default)"
         )
-    for key in ("input_uri", "registry_root", "model_registry"):
+    for key in ("input_uri", "registry_root", "model_registry", "dataset_ref"):
         value = params.get(key)
         if not value:
             continue
@@ -96,7 +96,8 @@ def submit_pipeline(
     params: dict[str, Any],
     schedule: str | None = None,
     run_name: str | None = None,
-    pipeline_name: str = "tfrecord-suite",
+    pipeline: str = "retraining",
+    pipeline_name: str = "",
     wait: bool = False,
     timeout: int = 3600,
     placement: Any = None,
@@ -111,7 +112,9 @@ def submit_pipeline(
     :class:`~tfrecord_suite.launch.placement.Placement`) compiles the train step for GPUs/TPUs
     as ``tfrecord-suite compile`` would, and ``deployment`` (a
     :class:`~tfrecord_suite.kfp.placement.Deployment`) names the images and the steps' CPU and
-    memory. Pipeline versions are named after their compiled content, so submitting the same
+    memory. ``pipeline`` names the ready pipeline (``retraining``, ``data``, ``training``),
+    uploaded as ``pipeline_name`` (default: its own name). Pipeline versions are named after
+    their compiled content, so submitting the same
     pipeline again reuses its version instead of stacking identical ones. The run's pods use
     ``service_account``, or the one Kubeflow runs pipelines as when empty (``pipeline-runner``
     standalone, ``default-editor`` in a profile): that account holds what Kubeflow's driver,
@@ -127,13 +130,15 @@ def submit_pipeline(
             backend too old for the compiled pipeline (:func:`check_backend`).
 
     """
+    from tfrecord_suite import pipelines
     from tfrecord_suite.kfp.endpoint import connect
 
     check_submission(params, pipeline_root, schedule)
+    pipeline_name = pipeline_name or pipelines.module(pipeline).NAME
     session = connect(endpoint)
     client, namespace = session.client, session.namespace
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
-    pipeline_id, version_id = _upload(session, pipeline_name, placement, deployment)
+    pipeline_id, version_id = _upload(session, pipeline, pipeline_name, placement, deployment)
     exp = client.create_experiment(experiment, namespace=namespace)
     out: dict[str, Any] = {
         "pipeline_id": pipeline_id,
@@ -166,8 +171,10 @@ def submit_pipeline(
     return out
 
 
-def _upload(session: Any, pipeline_name: str, placement: Any, deployment: Any) -> tuple[str, str]:
-    """Compile the pipeline; find or upload it as a version of the pipeline ``pipeline_name``.
+def _upload(
+    session: Any, pipeline: str, pipeline_name: str, placement: Any, deployment: Any
+) -> tuple[str, str]:
+    """Compile ``pipeline``; find or upload it as a version of the pipeline ``pipeline_name``.
 
     A new pipeline's first version is the upload that creates it. Later versions are named
     ``<package version>-<digest of the compiled YAML>``, so the same pipeline compiled for the
@@ -185,7 +192,9 @@ def _upload(session: Any, pipeline_name: str, placement: Any, deployment: Any) -
 
     client, namespace = session.client, session.namespace
     with tempfile.TemporaryDirectory() as tmp:
-        package = compile_pipeline(os.path.join(tmp, "pipeline.yaml"), placement, deployment)
+        package = compile_pipeline(
+            os.path.join(tmp, "pipeline.yaml"), placement, deployment, pipeline
+        )
         with open(package, "rb") as fh:
             version_name = f"{__version__}-{hashlib.sha256(fh.read()).hexdigest()[:12]}"
         pipeline_id = _find(

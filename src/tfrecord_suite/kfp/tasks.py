@@ -198,7 +198,6 @@ def version_task(
         The exact version reference (``<root>/<name>@<MAJOR.MINOR.PATCH>``) and content digest.
 
     """
-    from tfrecord_suite.registry.card import dataset_card
     from tfrecord_suite.registry.datasets import Registry, RegistryError
     from tfrecord_suite.shard.summary import SUMMARY_FILE
 
@@ -226,27 +225,70 @@ def version_task(
             },
             append=publish_mode == "append",
         )
-    m = result.manifest
+    return _describe_version(
+        registry, dataset_name, result.version, result.uri, dataset, card, created=result.created
+    )
+
+
+def resolve_task(*, dataset_ref: str, dataset: Any, card: Any) -> tuple[str, str]:
+    """Resolve ``dataset_ref`` (an alias, a partial or an exact version); describe the version.
+
+    ``dataset`` gets the metadata and files the version step gives the version it publishes,
+    so every step downstream of either reads the same artifact.
+
+    Returns:
+        The exact version reference and the version's content digest.
+
+    """
+    from tfrecord_suite.registry.datasets import Registry, RegistryError
+
+    _setup_logging()
+    with _final_on_bad_input("resolve_dataset", RegistryError):
+        registry, name, version = Registry.resolve_ref(dataset_ref)
+    _LOG.info("%s is %s@%s", dataset_ref, name, version)
+    return _describe_version(
+        registry, name, str(version), registry.version_dir(name, version), dataset, card
+    )
+
+
+def _describe_version(
+    registry: Any,
+    name: str,
+    version: str,
+    uri: str,
+    dataset: Any,
+    card: Any,
+    created: bool | None = None,
+) -> tuple[str, str]:
+    """Describe dataset version ``name@version`` in ``dataset`` and ``card``; return (ref, digest).
+
+    The metadata carries the version's exact reference, folder, content digest and counts;
+    ``dataset.path`` gets a copy of the manifest and the card for Kubeflow to keep.
+    """
+    from tfrecord_suite.registry.card import dataset_card
+
+    m = registry.manifest(name, version)
+    ref = f"{storage.join(registry.root, name)}@{version}"
     describe(
         dataset,
         {
-            "name": dataset_name,
-            "version": result.version,
-            "ref": f"{storage.join(registry.root, dataset_name)}@{result.version}",
-            "version_uri": result.uri,
+            "name": name,
+            "version": version,
+            "ref": ref,
+            "version_uri": uri,
             "digest": m.content_digest,
-            "created": result.created,
+            "created": created,  # None (left out) where this step did not publish it
             "records": m.totals["records"],
             "splits": {k: v["records"] for k, v in m.splits.items()},
             "parent": m.parent,  # None (left out) for a dataset's first version
         },
     )
-    parent = registry.manifest(dataset_name, m.parent) if m.parent else None
+    parent = registry.manifest(name, m.parent) if m.parent else None
     card_text = dataset_card(m, parent)
     _write_markdown(card, card_text)
     storage.write_text(storage.join(dataset.path, "manifest.json"), m.to_json())
     storage.write_text(storage.join(dataset.path, "card.md"), card_text)
-    return dataset.metadata["ref"], m.content_digest
+    return ref, m.content_digest
 
 
 def train_task(

@@ -1,0 +1,110 @@
+"""The retraining pipeline: raw data to a promoted model in one DAG.
+
+fingerprint -> shard -> version -> train -> evaluate -> register -> [gate] promote -> report.
+``tfrecord-suite run`` executes it with ``kfp.local``; ``tfrecord-suite compile`` writes it as
+``pipelines/retraining.yaml`` for the Kubeflow UI; ``submit`` and ``retrain`` upload it.
+"""
+
+from typing import Any
+
+from kfp import dsl
+
+from tfrecord_suite.kfp.placement import Deployment
+from tfrecord_suite.kfp.steps import Steps
+from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.pipelines.stages import described, publish, train_and_gate
+from tfrecord_suite.shard.step import ShardConfig
+from tfrecord_suite.train.evaluate import GateConfig
+from tfrecord_suite.train.trainer import TrainConfig
+
+NAME = "tfrecord-suite"
+
+
+def build_pipeline(placement: Placement | None = None, deployment: Deployment | None = None) -> Any:
+    """The pipeline with the train step placed as ``placement`` says (default: CPU).
+
+    ``deployment`` names the images (registry and tag), each step's CPU and memory requests and
+    whether Kubeflow may cache. The train step's pod runs the image its hardware needs: the GPU
+    build on GPUs, the TPU build on TPUs, the CPU image otherwise (or when it only launches a
+    distributed job, whose nodes then get the accelerator image).
+    """
+    step = Steps(placement, deployment)
+
+    @dsl.pipeline(
+        name=NAME,
+        description="Raw data -> sharded TFRecords (Beam) -> versioned dataset -> tf.distribute "
+        "training -> evaluation against the stable model -> registered model, promoted if at "
+        "least as good -> report.",
+    )
+    @described("Shard, version, train, evaluate, register, gate and report.")
+    def retraining_pipeline(
+        input_uri: str,
+        registry_root: str,
+        dataset_name: str,
+        input_format: str = ShardConfig.format,
+        label: str = "",
+        key_column: str = "",
+        splits: str = ShardConfig.splits,
+        num_shards: int = 0,
+        target_shard_mb: float = ShardConfig.target_shard_mb,
+        readers: int = ShardConfig.readers,
+        workers: int = 1,
+        gzip: bool = ShardConfig.gzip,
+        max_bad_fraction: float = ShardConfig.max_bad_fraction,
+        beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
+        bump: str = "auto",
+        publish_mode: str = "new",
+        strategy: str = TrainConfig.strategy,
+        cpu_devices: int = TrainConfig.cpu_devices,
+        epochs: int = TrainConfig.epochs,
+        batch_size: int = TrainConfig.batch_size,
+        learning_rate: float = TrainConfig.learning_rate,
+        model_fn: str = "",
+        feature_config: str = TrainConfig.feature_config,
+        keep_failed_tfjob: bool = False,
+        launcher: str = step.placement.launcher,
+        model_registry: str = "",
+        model_name: str = "",
+        promote_alias: str = GateConfig.baseline_alias,
+        promote_tolerance: float = GateConfig.tolerance,
+    ) -> str:
+        version = publish(
+            step,
+            input_uri=input_uri,
+            registry_root=registry_root,
+            dataset_name=dataset_name,
+            bump=bump,
+            publish_mode=publish_mode,
+            input_format=input_format,
+            label=label,
+            key_column=key_column,
+            splits=splits,
+            num_shards=num_shards,
+            target_shard_mb=target_shard_mb,
+            readers=readers,
+            workers=workers,
+            gzip=gzip,
+            max_bad_fraction=max_bad_fraction,
+            beam_args=beam_args,
+        )
+        report = train_and_gate(
+            step,
+            version,
+            model_registry=model_registry,
+            model_name=model_name,
+            promote_alias=promote_alias,
+            promote_tolerance=promote_tolerance,
+            strategy=strategy,
+            cpu_devices=cpu_devices,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            model_fn=model_fn,
+            feature_config=feature_config,
+            workers=workers,
+            keep_failed_tfjob=keep_failed_tfjob,
+            launcher=launcher,
+        )
+        return report.outputs["Output"]
+
+    return retraining_pipeline

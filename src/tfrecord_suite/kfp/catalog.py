@@ -1,0 +1,279 @@
+"""``components/``: every component's compiled spec and README, generated from one source.
+
+The source of truth is the component function (its signature and docstring, compiled by kfp
+into the spec with a description on every input and output), its :data:`~.steps.STEPS` policy,
+and the ``metadata.yaml`` in its folder (name, stability, dependencies, tags, lastVerified, in
+kubeflow/pipelines-components' shape), which is written by hand. ``make components``
+(``tfrecord-suite components``) writes, for each component on the default images:
+
+* ``components/<name>/component.yaml``: the compiled spec, for
+  ``kfp.components.load_component_from_file`` or ``_from_url``;
+* ``components/<name>/README.md``: what it does, its inputs and outputs with types, defaults
+  and descriptions, its image, an example, its caching and idempotency;
+* ``components/README.md``: the index.
+
+``--check`` writes nothing and lists the files that differ (a test runs it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import io
+import json
+import os
+import tempfile
+import textwrap
+from typing import Any
+
+import yaml
+
+from tfrecord_suite import __version__
+from tfrecord_suite.images import DEFAULT_IMAGES, ImageSet
+from tfrecord_suite.kfp.components import COMPONENTS, build_components
+from tfrecord_suite.kfp.steps import STEPS
+
+COMPONENTS_DIR = "components"
+SPEC_FILE = "component.yaml"
+README_FILE = "README.md"
+METADATA_FILE = "metadata.yaml"
+#: Where a released component spec can be loaded from by URL.
+RAW_URL = "https://raw.githubusercontent.com/tfrecord-suite/tfrecord-suite/v{version}/components"
+
+#: What each component's README says of caching and of reruns, beyond its policy.
+BEHAVIOUR = {
+    "fingerprint": "Reads only the listing and the stores' checksums (local files are hashed).",
+    "shard": "Each attempt writes a batch folder of its own under the dataset's `_data/`, so a "
+    "retry never rewrites shards a version may already reference; batches no version "
+    "references are removed by `tfrecord-suite version gc` after its grace period. The same "
+    "input gives byte-identical shards on every run and runner.",
+    "version": "Idempotent by content: the same shards published again return the existing "
+    "version (no new number); racing publishers get one version each or the same one. The "
+    "manifest is created with create-if-absent, so a crash leaves no half version.",
+    "resolve_dataset": "Reads the registry only.",
+    "train": "Cached on the exact version reference, its digest and the training "
+    "parameters, not on an artifact every run mints anew. A killed trainer rerun with the same "
+    "arguments resumes from its `backup/`; a distributed job is named after the run, so a "
+    "retried step adopts its own job.",
+    "evaluate": "Reads the registry's current baseline: its dataset input is a new artifact in "
+    "every run, so in practice it always runs.",
+    "register": "A retry of the same run returns the version its first attempt registered "
+    "(keyed on the run and the model's content digest).",
+    "promote": "A compare-and-swap on the alias: it fails, rather than overwrite, when the "
+    "alias moved since the evaluation.",
+    "report": "Writes only its own outputs.",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Port:
+    """One input or output of a component, as its compiled spec declares it."""
+
+    name: str
+    kind: str
+    default: Any
+    optional: bool
+    description: str
+    artifact: bool
+
+
+def compile_spec(name: str, images: ImageSet = DEFAULT_IMAGES) -> str:
+    """The compiled spec (YAML) of component ``name`` on ``images``."""
+    from kfp import compiler
+
+    component = build_components(images)[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, SPEC_FILE)
+        compiler.Compiler().compile(component, path)
+        with open(path) as fh:
+            return fh.read()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def ports(spec: dict[str, Any]) -> tuple[list[Port], list[Port]]:
+    """``(inputs, outputs)`` of a compiled component spec, parameters then artifacts."""
+    (component,) = spec["components"].values()
+
+    def read(section: dict[str, Any], inputs: bool) -> list[Port]:
+        out = []
+        for group, type_key in (("parameters", "parameterType"), ("artifacts", "artifactType")):
+            for port_name, port in sorted((section.get(group) or {}).items()):
+                kind = port[type_key]
+                if isinstance(kind, dict):
+                    kind = kind["schemaTitle"]
+                out.append(
+                    Port(
+                        port_name,
+                        kind,
+                        port.get("defaultValue"),
+                        bool(port.get("isOptional")) and inputs,
+                        _one_line(port.get("description", "")),
+                        group == "artifacts",
+                    )
+                )
+        return out
+
+    return (
+        read(component.get("inputDefinitions", {}), True),
+        read(component.get("outputDefinitions", {}), False),
+    )
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default(port: Port) -> str:
+    if not port.optional:
+        return "required"
+    value = int(port.default) if port.kind == "NUMBER_INTEGER" else port.default
+    return f"`{json.dumps(value)}`"
+
+
+def render_readme(name: str, spec_text: str, metadata: dict[str, Any]) -> str:
+    """The README of component ``name`` from its compiled spec and its ``metadata.yaml``."""
+    spec = yaml.safe_load(spec_text)
+    fn = COMPONENTS[name]
+    summary, _, body = (fn.__doc__ or "").strip().partition("\n")
+    body = textwrap.dedent(body).split("Args:")[0].strip()
+    inputs, outputs = ports(spec)
+    order = list(inspect.signature(fn).parameters)  # the function's order: required first
+    inputs.sort(key=lambda p: order.index(p.name))
+    outputs.sort(key=lambda p: order.index(p.name) if p.name in order else len(order))
+    policy = STEPS[name]
+    image = next(iter(spec["deploymentSpec"]["executors"].values()))["container"]["image"]
+    kfp_dep = next(d for d in metadata["dependencies"]["kubeflow"] if d["name"] == "Pipelines")
+    out = io.StringIO()
+    w = out.write
+    w("<!-- generated by `make components` from the component and its metadata.yaml -->\n")
+    w(f"# {name}\n\n{summary.strip()}\n\n")
+    if body:
+        w(f"{body}\n\n")
+    w(f"Stability: **{metadata['stability']}**. Needs Kubeflow Pipelines {kfp_dep['version']}. ")
+    tags = ", ".join(metadata.get("tags", []))
+    verified = str(metadata["lastVerified"])[:10]
+    w(f"Tags: {tags}. Last verified: {verified}.\n\n")
+    w("## Inputs\n\n| name | type | default | description |\n|---|---|---|---|\n")
+    for p in inputs:
+        w(f"| `{p.name}` | {p.kind} | {_default(p)} | {_cell(p.description)} |\n")
+    w("\n## Outputs\n\n| name | type | description |\n|---|---|---|\n")
+    for p in outputs:
+        w(f"| `{p.name}` | {p.kind} | {_cell(p.description)} |\n")
+    w(
+        f"\n## Image\n\n`{image}` (`containers/Dockerfile`), which carries the package and kfp: "
+        "nothing is installed when the step starts. On your own registry: "
+        "`tfrecord-suite images build --push --image-registry R --image-tag T`, then "
+        "`tfrecord_suite.components.build(image_registry=R, image_tag=T)`.\n"
+    )
+    w("\n## Use it\n\n```python\n" + _example(name, inputs, outputs) + "```\n")
+    w("\n## Caching and reruns\n\n")
+    cached = "may be cached" if policy.cache else "should not be cached"
+    w(
+        f"In the suite's ready pipelines this step {cached} by Kubeflow, and is retried "
+        f"{policy.retries} time(s) on failure. {BEHAVIOUR[name]} A failure caused by its data "
+        "or parameters says so (`retrying ... will not help`).\n"
+    )
+    if policy.pod_info:
+        w(
+            "\nIt reads the pipeline run's ID and its pod's name, UID and service account from "
+            "environment variables that the ready pipelines set through the downward API "
+            "(`tfrecord_suite.components.configure(task, ...)` does the same for your task); "
+            "without them it falls back to its artifact's URI.\n"
+        )
+    w(
+        "\n## Differences from upstream conventions\n\nThe component runs on the suite's image "
+        "instead of installing packages at start (`install_kfp_package=False`); its logic lives "
+        "in the `tfrecord-suite` package, and the function here only calls it.\n"
+    )
+    return out.getvalue()
+
+
+def _example(name: str, inputs: list[Port], outputs: list[Port]) -> str:
+    """A pipeline that loads the released spec and calls it with its required inputs."""
+    required = [p for p in inputs if not p.optional]
+    args = ", ".join(f"{p.name}={p.name}" for p in required if not p.artifact)
+    artifacts = [p for p in required if p.artifact]
+    lines = [
+        "from kfp import components, dsl",
+        "",
+        f'{name} = components.load_component_from_url(',
+        f'    "{RAW_URL.format(version=__version__)}/{name}/{SPEC_FILE}"',
+        ")  # or load_component_from_file, or: from tfrecord_suite.components import " + name,
+        "",
+        "",
+        "@dsl.pipeline",
+    ]
+    params = ", ".join(f"{p.name}: {_python_type(p.kind)}" for p in required if not p.artifact)
+    lines.append(f"def my_pipeline({params}):")
+    for p in artifacts:
+        lines.append(f"    # {p.name}: the {p.kind} output of an upstream step")
+    call = f"{name}({args})" if not artifacts else f"{name}({args}, ...)"
+    lines.append(f"    task = {call}")
+    if outputs:
+        first = outputs[0].name
+        lines.append(f'    # downstream steps take task.outputs["{first}"], ...')
+    return "\n".join(lines) + "\n"
+
+
+def _python_type(kind: str) -> str:
+    return {"STRING": "str", "NUMBER_INTEGER": "int", "NUMBER_DOUBLE": "float",
+            "BOOLEAN": "bool", "LIST": "list", "STRUCT": "dict"}.get(kind, "str")  # fmt: skip
+
+
+def render_index(metadata: dict[str, dict[str, Any]]) -> str:
+    """``components/README.md``: every component with its summary."""
+    lines = [
+        "<!-- generated by `make components` -->",
+        "# Components",
+        "",
+        "Each folder holds one component: `component.yaml` (the compiled spec, on the default "
+        "images), `README.md` (generated), `metadata.yaml`, `OWNERS` and its tests. Load one "
+        "with `kfp.components.load_component_from_file` or `_from_url`, or import it: "
+        "`from tfrecord_suite.components import shard`.",
+        "",
+        "| component | stability | what it does |",
+        "|---|---|---|",
+    ]
+    for name, fn in COMPONENTS.items():
+        summary = (fn.__doc__ or "").strip().splitlines()[0]
+        stability = metadata[name]["stability"]
+        lines.append(f"| [`{name}`]({name}/README.md) | {stability} | {summary} |")
+    return "\n".join(lines) + "\n"
+
+
+def load_metadata(root: str, name: str) -> dict[str, Any]:
+    """``components/<name>/metadata.yaml``."""
+    with open(os.path.join(root, name, METADATA_FILE)) as fh:
+        return yaml.safe_load(fh)
+
+
+def generated(root: str = COMPONENTS_DIR) -> dict[str, str]:
+    """``relative path -> content`` of every generated file under ``root``."""
+    files: dict[str, str] = {}
+    metadata = {name: load_metadata(root, name) for name in COMPONENTS}
+    for name in COMPONENTS:
+        spec = compile_spec(name)
+        files[os.path.join(name, SPEC_FILE)] = spec
+        files[os.path.join(name, README_FILE)] = render_readme(name, spec, metadata[name])
+    files[README_FILE] = render_index(metadata)
+    return files
+
+
+def write(root: str = COMPONENTS_DIR, check: bool = False) -> list[str]:
+    """Write the generated files (or, with ``check``, only compare); return those that differ."""
+    stale = []
+    for rel, text in generated(root).items():
+        path = os.path.join(root, rel)
+        current = None
+        if os.path.exists(path):
+            with open(path) as fh:
+                current = fh.read()
+        if current != text:
+            stale.append(path)
+            if not check:
+                with open(path, "w") as fh:
+                    fh.write(text)
+    return stale
