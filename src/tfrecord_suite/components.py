@@ -5,6 +5,7 @@ On the default images (``ghcr.io/tfrecord-suite/*``, tagged with this package's 
     from kfp import dsl
     from tfrecord_suite.components import shard, version, train
 
+
     @dsl.pipeline
     def my_pipeline(input_uri: str, registry_root: str):
         staged = shard(input_uri=input_uri, registry_root=registry_root, dataset_name="rows")

@@ -199,7 +199,7 @@ def _example(name: str, inputs: list[Port], outputs: list[Port]) -> str:
     lines = [
         "from kfp import components, dsl",
         "",
-        f'{name} = components.load_component_from_url(',
+        f"{name} = components.load_component_from_url(",
         f'    "{RAW_URL.format(version=__version__)}/{name}/{SPEC_FILE}"',
         ")  # or load_component_from_file, or: from tfrecord_suite.components import " + name,
         "",
