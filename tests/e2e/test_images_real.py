@@ -294,3 +294,28 @@ def test_cronjob_pod_retrains_in_podman(component_image, tmp_path, gcs_bucket, o
         (run,) = api.runs.values()
         assert run["runtime_config"]["parameters"]["input_uri"] == f"{gcs_bucket}/raw/rows.csv"
         assert next(iter(api.experiments.values())).get("namespace", "") == namespace
+
+
+def test_users_own_pipeline_runs_inside_the_image(engine, component_image, tmp_path, monkeypatch):
+    """tests/e2e/user_pipeline.py (components loaded from components/*/component.yaml, and the
+    user's own component reading our Dataset and Model) through kfp.local's DockerRunner:
+    every step in the built image, as a Kubeflow backend runs it."""
+    from kfp import local
+
+    from test_user_pipeline import HERE, blobs, check_run
+
+    sys.path.insert(0, HERE)
+    try:
+        import user_pipeline
+    finally:
+        sys.path.remove(HERE)
+    workdir = tmp_path / "bucket"
+    (workdir / "raw").mkdir(parents=True)
+    os.chmod(workdir, 0o777)  # the steps run as the image's UID 10001
+    raw = blobs(workdir)
+    monkeypatch.setenv("DOCKER_HOST", engine)
+    with kfp_docker_runner_on_podman():
+        local.init(runner=local.DockerRunner(), pipeline_root=str(workdir), raise_on_error=True)
+        task = user_pipeline.user_pipeline(input_uri=raw, registry_root=str(workdir / "registry"))
+    check_run(json.loads(task.output), str(workdir / "registry"))
+    assert os.stat(workdir / "registry" / "blobs" / "1.0.0" / "manifest.json").st_uid == 10001

@@ -22,6 +22,7 @@ import inspect
 import io
 import json
 import os
+import re
 import tempfile
 import textwrap
 from typing import Any
@@ -168,7 +169,12 @@ def render_readme(name: str, spec_text: str, metadata: dict[str, Any]) -> str:
         "`tfrecord-suite images build --push --image-registry R --image-tag T`, then "
         "`tfrecord_suite.components.build(image_registry=R, image_tag=T)`.\n"
     )
-    w("\n## Use it\n\n```python\n" + _example(name, inputs, outputs) + "```\n")
+    w(
+        "\n## Use it\n\nIn your pipeline, from the released spec (or "
+        "`load_component_from_file` on a checkout, or "
+        f"`from tfrecord_suite.components import {name}` with the package installed):\n\n"
+        "```python\n" + example(name) + "```\n"
+    )
     w("\n## Caching and reruns\n\n")
     cached = "may be cached" if policy.cache else "should not be cached"
     w(
@@ -191,31 +197,80 @@ def render_readme(name: str, spec_text: str, metadata: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def _example(name: str, inputs: list[Port], outputs: list[Port]) -> str:
-    """A pipeline that loads the released spec and calls it with its required inputs."""
-    required = [p for p in inputs if not p.optional]
-    args = ", ".join(f"{p.name}={p.name}" for p in required if not p.artifact)
-    artifacts = [p for p in required if p.artifact]
-    lines = [
-        "from kfp import components, dsl",
-        "",
-        f"{name} = components.load_component_from_url(",
-        f'    "{RAW_URL.format(version=__version__)}/{name}/{SPEC_FILE}"',
-        ")  # or load_component_from_file, or: from tfrecord_suite.components import " + name,
-        "",
-        "",
-        "@dsl.pipeline",
+#: What each example pipeline does with the component (the rest of the example loads the
+#: components it needs and declares the pipeline). tests/unit/test_catalog.py compiles every one.
+EXAMPLES = {
+    "fingerprint": """
+    digest = fingerprint(input_uri=input_uri)
+    digest.set_caching_options(False)  # the files under one URI may change
+""",
+    "shard": """
+    digest = fingerprint(input_uri=input_uri).set_caching_options(False)
+    shard(input_uri=input_uri, registry_root=registry_root, dataset_name="penguins",
+          fingerprint=digest.output, label="species")
+""",
+    "version": """
+    staged = shard(input_uri=input_uri, registry_root=registry_root, dataset_name="penguins")
+    published = version(staged=staged.outputs["staged"], registry_root=registry_root,
+                        dataset_name="penguins")
+    published.set_caching_options(False)  # a cached result could name a removed version
+""",
+    "resolve_dataset": """
+    pinned = resolve_dataset(dataset_ref=dataset_ref)  # e.g. gs://b/registry/penguins@stable
+    pinned.set_caching_options(False)  # aliases move
+""",
+    "train": """
+    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned.set_caching_options(False)
+    train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"], epochs=10)
+""",
+    "evaluate": """
+    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
+    evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
+""",
+    "register": """
+    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
+    scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
+    register(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
+             evaluation=scored.outputs["evaluation"]).set_caching_options(False)
+""",
+    "promote": """
+    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
+    scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
+    registered = register(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
+                          evaluation=scored.outputs["evaluation"])
+    with dsl.If(scored.outputs["Output"] == "promote"):
+        promote(registered=registered.outputs["registered"],
+                evaluation=scored.outputs["evaluation"]).set_caching_options(False)
+""",
+    "report": """
+    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
+    scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
+    registered = register(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
+                          evaluation=scored.outputs["evaluation"])
+    report(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
+           metrics=trained.outputs["metrics"], evaluation=scored.outputs["evaluation"],
+           registered=registered.outputs["registered"])
+""",
+}
+
+
+def example(name: str) -> str:
+    """A pipeline using component ``name``, its components loaded from the released specs."""
+    body = EXAMPLES[name]
+    used = [other for other in COMPONENTS if re.search(rf"\b{other}\(", body)]
+    params = [f"{p}: str" for p in ("input_uri", "registry_root", "dataset_ref") if p in body]
+    base = RAW_URL.format(version=__version__)
+    lines = ["from kfp import components, dsl", "", f'BASE = "{base}"']
+    lines += [
+        f'{c} = components.load_component_from_url(f"{{BASE}}/{c}/{SPEC_FILE}")' for c in used
     ]
-    params = ", ".join(f"{p.name}: {_python_type(p.kind)}" for p in required if not p.artifact)
-    lines.append(f"def my_pipeline({params}):")
-    for p in artifacts:
-        lines.append(f"    # {p.name}: the {p.kind} output of an upstream step")
-    call = f"{name}({args})" if not artifacts else f"{name}({args}, ...)"
-    lines.append(f"    task = {call}")
-    if outputs:
-        first = outputs[0].name
-        lines.append(f'    # downstream steps take task.outputs["{first}"], ...')
-    return "\n".join(lines) + "\n"
+    lines += ["", "", "@dsl.pipeline", f"def my_pipeline({', '.join(params)}):"]
+    return "\n".join(lines) + textwrap.dedent(body).replace("\n", "\n    ").rstrip(" ")
 
 
 def _python_type(kind: str) -> str:

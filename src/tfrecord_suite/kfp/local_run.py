@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -93,6 +94,23 @@ class StepReporter(io.TextIOBase):
             if self._epoch.get(step) != m[0]:
                 self._epoch[step] = m[0]
                 self._say(f"[{_now()}] {step}: epoch {m[1]}/{m[2]}")
+
+
+@contextlib.contextmanager
+def _warnings_to(log: io.TextIOBase) -> Iterator[None]:
+    """Send kfp.local's warnings to the run's log, not the terminal.
+
+    kfp.local warns for every step that Kubernetes settings (requests, display names) do not
+    apply locally and that a Python step on a custom image runs in this environment: true for
+    every step of every local run, and screens of it.
+    """
+    with warnings.catch_warnings():
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            log.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+        warnings.showwarning = show
+        yield
 
 
 @contextlib.contextmanager
@@ -175,7 +193,7 @@ def run_local(
     os.makedirs(logs, exist_ok=True)
     log_path = os.path.join(logs, f"run-{dt.datetime.now():%Y%m%d-%H%M%S}.log")
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    with open(log_path, "w") as log, _local_run_id(log_path):
+    with open(log_path, "w") as log, _local_run_id(log_path), _warnings_to(log):
         reporter = StepReporter(log, say)
         real_stdout = sys.stdout
         sys.stdout = reporter

@@ -484,6 +484,11 @@ def export_dir(model: Any) -> str:
     return storage.join(model.path, model.metadata.get("export_subdir") or EXPORT_SUBDIR)
 
 
+def _count(value: Any) -> Any:
+    """A count as it was written: ML Metadata hands numbers on as doubles (1797 -> 1797.0)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def report_task(
     *,
     dataset: Any,
@@ -501,7 +506,7 @@ def report_task(
         "",
         f"- Dataset version: `{dataset.metadata.get('ref')}` at "
         f"`{dataset.metadata.get('version_uri')}` "
-        f"({dataset.metadata.get('records')} records, digest "
+        f"({_count(dataset.metadata.get('records'))} records, digest "
         f"`{str(dataset.metadata.get('digest', ''))[:16]}`)",
         f"- Model (SavedModel, serving_default takes serialized tf.Example): "
         f"`{storage.join(model.uri, model.metadata.get('export_subdir') or EXPORT_SUBDIR)}`",

@@ -23,8 +23,8 @@ def fingerprint(input_uri: str) -> str:
         input_uri: Raw data: a file, a folder, a glob or a gs:// prefix.
 
     Returns:
-        The sha256 digest (hex) over every file's name, size and content checksum (GCS's MD5
-        or CRC32C, a sha256 of local files).
+        Output: The sha256 digest (hex) over every file's name, size and content checksum
+            (GCS's MD5 or CRC32C, a sha256 of local files).
 
     """
     from tfrecord_suite.kfp.tasks import fingerprint_task

@@ -199,7 +199,7 @@ def promote(
         alias: The alias to move, e.g. stable.
 
     Returns:
-        The version the alias now points to.
+        Output: The version the alias now points to.
 
     """
     from tfrecord_suite.kfp.tasks import promote_task

@@ -1,0 +1,42 @@
+"""The promote component: its spec and metadata, and a run through kfp.local."""
+
+import os
+
+import pytest
+from component_checks import check_metadata, check_spec, check_wrapper
+
+NAME = "promote"
+
+
+def test_spec():
+    check_spec(NAME)
+
+
+def test_wrapper_holds_no_logic():
+    check_wrapper(NAME)
+
+
+def test_metadata():
+    check_metadata(NAME)
+
+
+@pytest.mark.e2e
+def test_runs_in_kfp_local(local_root, register_run, evaluate_run):
+    from kfp import dsl
+    from kfp.dsl import Metrics, Model
+
+    from conftest import imported, load
+    from tfrecord_suite.registry.models import ModelRegistry
+
+    promote = load(NAME)
+
+    @dsl.pipeline
+    def promote_alone() -> int:
+        return promote(
+            registered=imported(register_run["registered"], Model),
+            evaluation=imported(evaluate_run["evaluation"], Metrics),
+        ).output
+
+    assert promote_alone().output == 1
+    models = ModelRegistry(os.path.join(local_root["registry"], "_models"))
+    assert models.alias("digits", "stable") == 1

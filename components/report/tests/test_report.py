@@ -1,0 +1,50 @@
+"""The report component: its spec and metadata, and a run through kfp.local."""
+
+import json
+from typing import NamedTuple
+
+import pytest
+from component_checks import check_metadata, check_spec, check_wrapper
+
+NAME = "report"
+
+
+def test_spec():
+    check_spec(NAME)
+
+
+def test_wrapper_holds_no_logic():
+    check_wrapper(NAME)
+
+
+def test_metadata():
+    check_metadata(NAME)
+
+
+@pytest.mark.e2e
+def test_runs_in_kfp_local(version_run, train_run, evaluate_run, register_run):
+    from kfp import dsl
+    from kfp.dsl import Dataset, Markdown, Metrics, Model
+
+    from conftest import imported, load
+
+    report = load(NAME)
+    outputs = NamedTuple("Outputs", [("text", str), ("summary", Markdown)])  # noqa: UP014 - the form kfp documents
+
+    @dsl.pipeline
+    def report_alone() -> outputs:
+        task = report(
+            dataset=imported(version_run["dataset"], Dataset),
+            model=imported(train_run.outputs["model"], Model),
+            metrics=imported(train_run.outputs["metrics"], Metrics),
+            evaluation=imported(evaluate_run["evaluation"], Metrics),
+            registered=imported(register_run["registered"], Model),
+        )
+        return outputs(task.outputs["Output"], task.outputs["summary"])
+
+    result = report_alone().outputs
+    summary = json.loads(result["text"])
+    assert summary["dataset_ref"] == version_run["ref"]
+    assert summary["registered_model"] == 1
+    text = open(result["summary"].path).read()
+    assert "digits@1.0.0" in text and "1797 records" in text  # not "1797.0": MLMD gave a double
