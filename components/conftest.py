@@ -7,7 +7,6 @@ cluster (numbers as doubles, lists and structs wrapped: ``tests/fakes/launcher.p
 are session fixtures, so any one component test runs alone (``-k``).
 """
 
-
 import os
 from typing import Any, NamedTuple
 

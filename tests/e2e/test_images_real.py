@@ -301,7 +301,6 @@ def test_users_own_pipeline_runs_inside_the_image(engine, component_image, tmp_p
     user's own component reading our Dataset and Model) through kfp.local's DockerRunner:
     every step in the built image, as a Kubeflow backend runs it."""
     from kfp import local
-
     from test_user_pipeline import HERE, blobs, check_run
 
     sys.path.insert(0, HERE)
