@@ -134,8 +134,11 @@ class FakeKubernetes:
         errors: list[int] | None = None,
         log_dir: str = "/tmp",
         serves: tuple[str, ...] = ("tfjobs", "trainjobs"),
+        trainjob_crd: str = "",
     ):
         self.scenario = scenario
+        # the TrainJob CRD this "cluster" has installed (default: Trainer v2.3.0's)
+        self.trainjob_crd = trainjob_crd
         self.log_dir = log_dir
         self.serves = serves
         self.errors = list(errors or [])  # status codes answered (once each) before real replies
@@ -212,7 +215,7 @@ class FakeKubernetes:
             return self._discovery(m[1], m[2])
         for pattern, plural, check in (
             (TFJOBS, "tfjobs", validate_tfjob),
-            (TRAINJOBS, "trainjobs", validate_trainjob),
+            (TRAINJOBS, "trainjobs", lambda o: validate_trainjob(o, self.trainjob_crd)),
         ):
             m = pattern.fullmatch(path)
             if m:
@@ -444,11 +447,12 @@ def _trainjob_status(job: dict[str, Any], phase: str, message: str) -> dict[str,
     }
 
 
-def validate_trainjob(obj: dict[str, Any]) -> list[str]:
-    """Problems of a TrainJob against Trainer v2's CRD schema (tests/fakes/schemas/)."""
+def validate_trainjob(obj: dict[str, Any], crd: str = "") -> list[str]:
+    """Problems of a TrainJob against a Trainer v2 CRD schema (v2.3.0's unless ``crd`` names
+    another; tests/fakes/schemas/)."""
     from fakes.crdschema import TRAINJOB_CRD, validate_crd
 
-    return validate_crd(obj, TRAINJOB_CRD)
+    return validate_crd(obj, crd or TRAINJOB_CRD)
 
 
 def _status(code: int, message: str) -> dict[str, Any]:

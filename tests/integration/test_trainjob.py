@@ -490,3 +490,35 @@ def test_train_step_with_two_nodes_trains_through_a_trainjob(
     assert len(logs) == 2
     assert os.path.isfile(os.path.join(model_dir, "export", "saved_model.pb"))
     assert 0.0 <= metrics.logged["test_accuracy"] <= 1.0
+
+
+def test_auto_falls_back_to_a_tfjob_where_the_trainer_is_too_old(tmp_path, monkeypatch):
+    """Kubeflow 1.11 installs Trainer v2.1 (its TrainJob has no runtimePatches) beside the
+    Training Operator: the cluster serves both, refuses our TrainJob, and --launcher auto
+    launches a TFJob instead (with --launcher trainjob the refusal says to upgrade)."""
+    from tfrecord_suite.errors import RetryWillNotHelp
+
+    v21 = os.path.join(
+        os.path.dirname(__file__), "..", "fakes", "schemas", "kubeflow-trainer-v2.1.0",
+        "trainer.kubeflow.org_trainjobs.yaml",
+    )  # fmt: skip
+    registry = str(tmp_path / "reg")
+    write_chief_outputs(
+        os.path.join(registry, "_runs", job_name("run-11"), "model"), 2, accuracy=0.8,
+        per_second=10.0,
+    )  # fmt: skip
+    steps = Scenario([("Running", ""), ("Succeeded", "")])
+    with FakeKubernetes(steps, trainjob_crd=v21) as k8s:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
+        monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
+        train_step(f"{registry}/digits@1.0.0", tmp_path, workers=2, run_id="run-11")
+        assert [job["kind"] for job in k8s.created] == ["TFJob"]
+        assert any(p.endswith("/trainjobs") for m, p in k8s.requests if m == "POST")
+    with FakeKubernetes(steps, trainjob_crd=v21) as k8s:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
+        with pytest.raises((JobError, RetryWillNotHelp), match="predates v2.2"):
+            train_step(
+                f"{registry}/digits@1.0.0", tmp_path, workers=2, run_id="run-11",
+                launcher="trainjob",
+            )  # fmt: skip
+        assert not k8s.created

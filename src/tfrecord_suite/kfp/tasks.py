@@ -403,8 +403,14 @@ def _train_in_job(
     own service account, and names the step's pod as its owner.
     """
     from tfrecord_suite.cli import options
-    from tfrecord_suite.launch.discovery import choose_launcher
-    from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name, kubernetes_client
+    from tfrecord_suite.launch.discovery import choose_launchers
+    from tfrecord_suite.launch.job import (
+        JobConfig,
+        JobLauncher,
+        JobRejected,
+        job_name,
+        kubernetes_client,
+    )
     from tfrecord_suite.registry.refs import DatasetRef
     from tfrecord_suite.train.metrics import TrainMetrics
 
@@ -418,20 +424,26 @@ def _train_in_job(
         config.strategy = "multi_worker"
     with _final_on_bad_input("train"):  # no job API on the cluster: a retry will not help
         api = kubernetes_client()
-        kind = choose_launcher(where.launcher, api)
-    JobLauncher(kind, api).run(
-        JobConfig(
-            name=name,
-            image=trainer_image or images.trainer_image(where.accelerator_resource),
-            trainer_args=options.to_args(config),
-            workers=workers,
-            placement=where,
-            run_id=run_key,
-            service_account=pod.service_account,
-            owner=pod.owner_reference(),
-            keep_on_failure=keep_failed,
-        )
+        kinds = choose_launchers(where.launcher, api)
+    job = JobConfig(
+        name=name,
+        image=trainer_image or images.trainer_image(where.accelerator_resource),
+        trainer_args=options.to_args(config),
+        workers=workers,
+        placement=where,
+        run_id=run_key,
+        service_account=pod.service_account,
+        owner=pod.owner_reference(),
+        keep_on_failure=keep_failed,
     )
+    for kind, fallback in zip(kinds, [*kinds[1:], None], strict=True):
+        try:
+            JobLauncher(kind, api).run(job)
+            break
+        except JobRejected as exc:
+            if fallback is None:
+                raise
+            _LOG.warning("%s; launching a %s instead", exc, fallback.kind)
     return TrainMetrics.load(shared)
 
 

@@ -50,6 +50,21 @@ def choose_launcher(requested: str, api_client: Any) -> JobKind:
             message says what to install.
 
     """
+    return choose_launchers(requested, api_client)[0]
+
+
+def choose_launchers(requested: str, api_client: Any) -> list[JobKind]:
+    """The job kinds to try, in order: ``requested`` if served; for ``auto`` every served one.
+
+    ``auto`` tries TrainJob first and keeps TFJob as the fallback: a cluster may serve a
+    TrainJob of a Trainer older than v2.2 (Kubeflow 1.11 installs Trainer v2.1 beside the
+    Training Operator), which refuses our TrainJob; the caller then launches a TFJob.
+
+    Raises:
+        LauncherUnavailable: The cluster serves neither (or not the one asked for); the
+            message says what to install.
+
+    """
     if requested != "auto":
         if requested not in KINDS:
             raise LauncherUnavailable(f"--launcher {requested!r}: use auto, {', '.join(KINDS)}")
@@ -59,11 +74,11 @@ def choose_launcher(requested: str, api_client: Any) -> JobKind:
                 f"--launcher {requested}: this cluster does not serve {kind.plural}.{kind.group}"
                 f"/{kind.version}. {_INSTALL} Or use --launcher auto."
             )
-        return kind
-    for name, kind in KINDS.items():
-        if serves(api_client, kind):
-            _LOG.info("launcher auto: the cluster serves %s, using %s", kind.plural, name)
-            return kind
+        return [kind]
+    served = [kind for kind in KINDS.values() if serves(api_client, kind)]
+    if served:
+        _LOG.info("launcher auto: the cluster serves %s", ", ".join(k.plural for k in served))
+        return served
     raise LauncherUnavailable(
         "no multi-node training API on this cluster: neither TrainJob "
         "(trainer.kubeflow.org/v1alpha1) nor TFJob (kubeflow.org/v1) is served. " + _INSTALL

@@ -47,6 +47,10 @@ class JobError(RuntimeError):
     """The job could not be created, failed, or did not finish in time."""
 
 
+class JobRejected(JobError):
+    """The API server refused the job object itself (400/422): its schema differs from ours."""
+
+
 class JobCancelled(JobError):
     """The launcher was asked to stop (the kfp task was cancelled)."""
 
@@ -398,7 +402,8 @@ class JobLauncher:
             if exc.status != 409:
                 hint = self.kind.creation_hint(exc.status, str(exc.body or ""))
                 message = _status_message(exc)
-                raise JobError(
+                error = JobRejected if exc.status in (400, 422) else JobError
+                raise error(
                     f"could not create {kind} {ns}/{name}: {exc.status} {exc.reason}"
                     + (f": {message}" if message else "")
                     + (f"\n{hint}" if hint else "")
