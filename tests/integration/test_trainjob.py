@@ -516,7 +516,7 @@ def test_auto_falls_back_to_a_tfjob_where_the_trainer_is_too_old(tmp_path, monke
         assert any(p.endswith("/trainjobs") for m, p in k8s.requests if m == "POST")
     with FakeKubernetes(steps, trainjob_crd=v21) as k8s:
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
-        with pytest.raises((JobError, RetryWillNotHelp), match="predates v2.2"):
+        with pytest.raises((JobError, RetryWillNotHelp), match=r"predates v2\.2"):
             train_step(
                 f"{registry}/digits@1.0.0", tmp_path, workers=2, run_id="run-11",
                 launcher="trainjob",
