@@ -198,3 +198,118 @@ def test_a_registry_set_in_the_images_component_reaches_every_manifest(tmp_path)
         found = [i for d in yaml.safe_load_all(out) if d for i in manifests.images_in(d)]
         assert found and all(i.startswith("europe-docker.pkg.dev/p/ml/") for i in found), found
         assert all(i.endswith(":2026.11") for i in found)
+
+
+# ------------------------------------------- the account a run uses holds what the run needs
+
+UPSTREAM = os.path.join(os.path.dirname(__file__), "..", "fakes", "schemas", "kubeflow-pipelines")
+
+#: What the pods of every pipeline run ask the Kubernetes API for, as the run's account, and
+#: the upstream code that asks (kubeflow/pipelines unless said otherwise).
+RUN_NEEDS = {
+    ("", "configmaps", "get"): "the root driver reads the kfp-launcher ConfigMap "
+    "(backend/src/v2/config/env.go FromConfigMap)",
+    ("", "secrets", "get"): "the launcher reads the object store's credentials, "
+    "mlpipeline-minio-artifact (backend/src/v2/objectstore/object_store.go)",
+    ("argoproj.io", "workflowtaskresults", "create"): "Argo's executor records each step's "
+    "outputs (argoproj/argo-workflows workflow/executor/taskresult.go)",
+    ("argoproj.io", "workflowtaskresults", "patch"): "the same",
+}
+#: Argo 3.4/3.5 (KFP up to 2.5) fall back to patching the pod where workflowtaskresults are
+#: refused; Argo 3.6 (KFP 2.14) removed the fallback (argo-workflows #13100).
+ARGO_35_FALLBACK = {("", "pods", "patch")}
+
+
+def _rules(doc):
+    return [
+        (group, resource, verb)
+        for rule in doc.get("rules") or []
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    ]
+
+
+def _allows(granted, need):
+    group, resource, verb = need
+    return any(
+        g in (group, "*") and r in (resource, "*") and v in (verb, "*") for g, r, v in granted
+    )
+
+
+def _load(*parts):
+    with open(os.path.join(UPSTREAM, *parts)) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+
+
+def _aggregate(roles, name):
+    """The rules a ClusterRole holds once Kubernetes aggregates the roles its selectors match."""
+    role = roles[name]
+    rules = _rules(role)
+    for selector in (role.get("aggregationRule") or {}).get("clusterRoleSelectors", []):
+        for other, doc in roles.items():
+            labels = doc["metadata"].get("labels") or {}
+            if other != name and all(
+                labels.get(k) == v for k, v in selector["matchLabels"].items()
+            ):
+                rules += _aggregate(roles, other)
+    return rules
+
+
+def _ours():
+    return _rules(manifests.load("base/role.yaml")[0])
+
+
+def _needs_with(granted, needs):
+    return sorted(n for n in needs if not _allows(granted, n))
+
+
+@pytest.mark.parametrize("tag", ["2.5.0", "2.17.0"])
+def test_standalone_runs_as_pipeline_runner_which_holds_what_a_run_needs(tag):
+    """Standalone KFP runs every pod of a run as pipeline-runner (the API server's default
+    runner account): KFP's own Role gives it what the driver, launcher and Argo's executor ask
+    for, and k8s/ adds the job launcher's Role (nothing else) by binding it to that account."""
+    (role,) = _load(tag, "pipeline-runner-role.yaml")
+    upstream = _rules(role)
+    needs = (
+        set(RUN_NEEDS)
+        if tag >= "2.14"
+        else set(RUN_NEEDS) - {n for n in RUN_NEEDS if n[1] == "workflowtaskresults"}
+        | ARGO_35_FALLBACK
+    )
+    launcher = set(_ours())
+    assert _needs_with(upstream + _ours(), needs | launcher) == []
+    # without our binding the job launcher could not create its job: the binding matters
+    assert ("trainer.kubeflow.org", "trainjobs", "create") in _needs_with(upstream, launcher)
+    binding = manifests.load("base/rolebinding.yaml")[0]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "kubeflow"}
+    ]
+
+
+def test_multi_user_runs_as_default_editor_which_holds_what_a_run_needs():
+    """Multi-user Kubeflow (1.10: KFP 2.5.0) runs a profile's pipelines as default-editor, bound
+    by the profile controller to kubeflow-edit, which aggregates Kubeflow's Kubernetes roles
+    (kubeflow/manifests common/kubeflow-roles) and KFP's kubeflow-pipelines-edit; the overlay
+    binds the job launcher's Role to default-editor."""
+    roles = {
+        d["metadata"]["name"]: d
+        for d in _load("kubeflow-manifests-v1.10.2", "kubeflow-roles.yaml")
+        + _load("2.5.0", "view-edit-cluster-roles.yaml")
+        if d.get("kind") == "ClusterRole"
+    }
+    granted = _aggregate(roles, "kubeflow-edit")
+    launcher = set(_ours())
+    assert _needs_with(granted + _ours(), set(RUN_NEEDS) | launcher) == []
+    assert ("trainer.kubeflow.org", "trainjobs", "create") in _needs_with(granted, launcher)
+    (kustomization,) = manifests.load("overlays/multi-user/kustomization.yaml")
+    patch = next(p for p in kustomization["patches"] if p["target"]["kind"] == "RoleBinding")
+    assert yaml.safe_load(patch["patch"])[0]["value"]["name"] == "default-editor"
+    # and the CronJob's account may create runs there (the API server's SubjectAccessReview:
+    # create on runs.pipelines.kubeflow.org in the run's namespace)
+    (binding,) = manifests.load("overlays/multi-user/retrain-rolebinding.yaml")
+    assert binding["roleRef"]["name"] == "kubeflow-pipelines-edit"
+    pipelines_edit = _aggregate(roles, binding["roleRef"]["name"])
+    for verb_resource in (("create", "runs"), ("create", "experiments"), ("create", "pipelines")):
+        verb, resource = verb_resource
+        assert _allows(pipelines_edit, ("pipelines.kubeflow.org", resource, verb)), verb_resource
