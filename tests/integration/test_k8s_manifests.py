@@ -310,3 +310,26 @@ def test_multi_user_runs_as_default_editor_which_holds_what_a_run_needs():
     for verb_resource in (("create", "runs"), ("create", "experiments"), ("create", "pipelines")):
         verb, resource = verb_resource
         assert _allows(pipelines_edit, ("pipelines.kubeflow.org", resource, verb)), verb_resource
+
+
+@needs_kubectl
+def test_the_priority_class_is_used_by_the_training_nodes():
+    from fakes.crdschema import RUNTIME_CRD, validate_crd
+    from tfrecord_suite.launch.job import JobConfig
+    from tfrecord_suite.launch.placement import Placement
+    from tfrecord_suite.launch.tfjob import render_tfjob
+
+    docs = manifests.render("cluster")
+    (priority,) = [d for d in docs if d["kind"] == "PriorityClass"]
+    (runtime,) = [d for d in docs if d["kind"] == "ClusterTrainingRuntime"]
+    assert validate_crd(runtime, RUNTIME_CRD) == []
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod["spec"]["priorityClassName"] == priority["metadata"]["name"]
+    job = render_tfjob(
+        JobConfig(
+            name="j", image="i", trainer_args=[], workers=2,
+            placement=Placement(priority_class=priority["metadata"]["name"]),
+        )
+    )  # fmt: skip
+    for replica in job["spec"]["tfReplicaSpecs"].values():
+        assert replica["template"]["spec"]["priorityClassName"] == priority["metadata"]["name"]

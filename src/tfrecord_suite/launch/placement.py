@@ -49,6 +49,10 @@ class Placement:
         launcher: How multi-node training is launched: ``trainjob`` (Kubeflow Trainer v2),
             ``tfjob`` (Training Operator v1), or ``auto`` (asks the cluster which it serves,
             TrainJob first). The compiled pipeline's default for its ``launcher`` parameter.
+        priority_class: PriorityClass of a TFJob's nodes, e.g. tfrecord-suite-gpu-training
+            (k8s/cluster installs it); empty for the cluster's default. A TrainJob's nodes take
+            the runtime's (k8s/cluster sets it there); the train step's own pod cannot take
+            one (kfp-kubernetes has no setting for it).
 
     """
 
@@ -60,6 +64,7 @@ class Placement:
     memory_limit: str = ""
     launch_job: bool = dataclasses.field(default=False, metadata={"cli_aliases": ("--tfjob",)})
     launcher: str = "auto"
+    priority_class: str = ""
 
     def __post_init__(self) -> None:
         if self.accelerator_count < 0:

@@ -51,6 +51,8 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
         pod_spec["nodeSelector"] = placement.node_selector()
     if placement.tolerations():
         pod_spec["tolerations"] = placement.tolerations()
+    if placement.priority_class:
+        pod_spec["priorityClassName"] = placement.priority_class
 
     def replica(count: int) -> dict[str, Any]:
         return {
