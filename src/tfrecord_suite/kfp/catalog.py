@@ -206,13 +206,19 @@ EXAMPLES = {
 """,
     "shard": """
     digest = fingerprint(input_uri=input_uri).set_caching_options(False)
-    shard(input_uri=input_uri, registry_root=registry_root, dataset_name="penguins",
-          fingerprint=digest.output, label="species")
+    shard(
+        input_uri=input_uri,
+        registry_root=registry_root,
+        dataset_name="penguins",
+        fingerprint=digest.output,
+        label="species",
+    )
 """,
     "version": """
     staged = shard(input_uri=input_uri, registry_root=registry_root, dataset_name="penguins")
-    published = version(staged=staged.outputs["staged"], registry_root=registry_root,
-                        dataset_name="penguins")
+    published = version(
+        staged=staged.outputs["staged"], registry_root=registry_root, dataset_name="penguins"
+    )
     published.set_caching_options(False)  # a cached result could name a removed version
 """,
     "resolve_dataset": """
@@ -233,28 +239,42 @@ EXAMPLES = {
     pinned = resolve_dataset(dataset_ref=dataset_ref)
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
-    register(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
-             evaluation=scored.outputs["evaluation"]).set_caching_options(False)
+    register(
+        dataset=pinned.outputs["dataset"],
+        model=trained.outputs["model"],
+        evaluation=scored.outputs["evaluation"],
+    ).set_caching_options(False)
 """,
     "promote": """
     pinned = resolve_dataset(dataset_ref=dataset_ref)
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
-    registered = register(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
-                          evaluation=scored.outputs["evaluation"])
+    registered = register(
+        dataset=pinned.outputs["dataset"],
+        model=trained.outputs["model"],
+        evaluation=scored.outputs["evaluation"],
+    )
     with dsl.If(scored.outputs["Output"] == "promote"):
-        promote(registered=registered.outputs["registered"],
-                evaluation=scored.outputs["evaluation"]).set_caching_options(False)
+        promote(
+            registered=registered.outputs["registered"], evaluation=scored.outputs["evaluation"]
+        ).set_caching_options(False)
 """,
     "report": """
     pinned = resolve_dataset(dataset_ref=dataset_ref)
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
-    registered = register(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
-                          evaluation=scored.outputs["evaluation"])
-    report(dataset=pinned.outputs["dataset"], model=trained.outputs["model"],
-           metrics=trained.outputs["metrics"], evaluation=scored.outputs["evaluation"],
-           registered=registered.outputs["registered"])
+    registered = register(
+        dataset=pinned.outputs["dataset"],
+        model=trained.outputs["model"],
+        evaluation=scored.outputs["evaluation"],
+    )
+    report(
+        dataset=pinned.outputs["dataset"],
+        model=trained.outputs["model"],
+        metrics=trained.outputs["metrics"],
+        evaluation=scored.outputs["evaluation"],
+        registered=registered.outputs["registered"],
+    )
 """,
 }
 
