@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile components images clean tcmalloc
+.PHONY: demo test test-fast lint bench compile components release-files images clean tcmalloc
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,15 @@ compile: $(STAMP)
 # and their metadata.yaml; a test fails when a committed one is stale
 components: $(STAMP)
 	$(BIN)/tfrecord-suite components
+
+# what a release attaches: every ready pipeline and component compiled for the images the
+# release pushed (.github/workflows/release.yml: IMAGE_REGISTRY, IMAGE_TAG)
+IMAGE_REGISTRY ?= ghcr.io/tfrecord-suite
+IMAGE_TAG ?= $(shell $(BIN)/python -c 'import tfrecord_suite; print(tfrecord_suite.__version__)')
+RELEASE_DIR ?= release
+release-files: $(STAMP)
+	$(BIN)/tfrecord-suite release-files --output $(RELEASE_DIR) \
+	  --image-registry $(IMAGE_REGISTRY) --image-tag $(IMAGE_TAG)
 
 clean:
 	rm -rf $(VENV) local_outputs demo-bucket bench-results

@@ -248,3 +248,22 @@ def components_(root: str, check: bool, as_json: bool) -> None:
     )
     if check and stale:
         sys.exit(1)
+
+
+@click.command("release-files")
+@click.option("--output", default="release", show_default=True, help="Folder to write into.")
+@click.option("--image-registry", default=None, help="Registry the release pushed the images to.")
+@click.option("--image-tag", default=None, help="Tag of those images.")
+@json_option
+@friendly_errors
+def release_files_(
+    output: str, image_registry: str | None, image_tag: str | None, as_json: bool
+) -> None:
+    """Compile every ready pipeline and component for a release's images (make release-files)."""
+    from tfrecord_suite import images
+    from tfrecord_suite.kfp.catalog import release_files
+
+    chosen = images.ImageSet(
+        image_registry or images.DEFAULT_REGISTRY, image_tag or images.DEFAULT_TAG
+    )
+    emit({"written": release_files(output, chosen)}, as_json, lambda r: "\n".join(r["written"]))

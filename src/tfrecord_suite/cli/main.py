@@ -14,7 +14,7 @@ import click
 
 from tfrecord_suite import __version__
 from tfrecord_suite.cli.images import images_group
-from tfrecord_suite.cli.kfp import compile_, components_, retrain, submit
+from tfrecord_suite.cli.kfp import compile_, components_, release_files_, retrain, submit
 from tfrecord_suite.cli.models import models
 from tfrecord_suite.cli.pipeline import demo, run
 from tfrecord_suite.cli.shard import shard
@@ -43,6 +43,7 @@ main.add_command(run)
 main.add_command(demo)
 main.add_command(compile_)
 main.add_command(components_)
+main.add_command(release_files_)
 main.add_command(submit)
 main.add_command(retrain)
 main.add_command(images_group)

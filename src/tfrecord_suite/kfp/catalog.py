@@ -352,3 +352,27 @@ def write(root: str = COMPONENTS_DIR, check: bool = False) -> list[str]:
                 with open(path, "w") as fh:
                     fh.write(text)
     return stale
+
+
+def release_files(output: str, images: ImageSet) -> list[str]:
+    """Every ready pipeline and component compiled for ``images``, into ``output``.
+
+    What a release attaches beside the images it pushed: ``pipeline-<name>.yaml`` and
+    ``component-<name>.yaml``. Returns the paths written.
+    """
+    from tfrecord_suite.kfp.compile import compile_pipeline
+    from tfrecord_suite.kfp.placement import Deployment
+    from tfrecord_suite.pipelines import PIPELINES
+
+    os.makedirs(output, exist_ok=True)
+    written = []
+    deployment = Deployment(image_registry=images.registry, image_tag=images.tag)
+    for name in PIPELINES:
+        path = os.path.join(output, f"pipeline-{name}.yaml")
+        written.append(compile_pipeline(path, deployment=deployment, pipeline=name))
+    for name in COMPONENTS:
+        path = os.path.join(output, f"component-{name}.yaml")
+        with open(path, "w") as fh:
+            fh.write(compile_spec(name, images))
+        written.append(path)
+    return written
