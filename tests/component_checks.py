@@ -16,6 +16,7 @@ import ast
 import datetime as dt
 import inspect
 import os
+import re
 import textwrap
 from typing import Any
 
@@ -66,18 +67,55 @@ def check_wrapper(name: str) -> None:
     assert isinstance(first, ast.Name) and first.id.endswith("_task"), name
 
 
+#: kubeflow/pipelines-components scripts/validate_metadata/validate_metadata.py, its rules
+REQUIRED_FIELDS = ["name", "stability", "dependencies", "lastVerified"]
+OPTIONAL_FIELDS = ["tags", "ci", "links"]
+STABILITY_OPTIONS = ["experimental", "alpha", "beta", "stable"]
+DEPENDENCIES_FIELDS = ["kubeflow", "external_services"]
+_SEMVER = re.compile(
+    r"^(>=|<=|==)?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[\w.-]+)?(?:\+[\w.-]+)?$"
+)
+
+
+def metadata_problems(meta: dict[str, Any], now: dt.datetime) -> list[str]:
+    """What upstream's metadata validator would refuse (its checks, restated)."""
+    problems = []
+    unknown = set(meta) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS)
+    if unknown:
+        problems.append(f"Unexpected field(s): {sorted(unknown)}")
+    required = [k for k in meta if k in REQUIRED_FIELDS]
+    if required != REQUIRED_FIELDS:
+        problems.append(f"required fields {required}, expected in the order {REQUIRED_FIELDS}")
+    if meta.get("stability") not in STABILITY_OPTIONS:
+        problems.append(f"stability {meta.get('stability')!r}")
+    deps = meta.get("dependencies") or {}
+    if "kubeflow" not in deps or set(deps) - set(DEPENDENCIES_FIELDS):
+        problems.append(f"dependencies keys {sorted(deps)}")
+    for group in deps.values():
+        for dep in group or []:
+            if set(dep) != {"name", "version"} or not _SEMVER.match(str(dep["version"])):
+                problems.append(f"dependency {dep}: name and a full semver version")
+    if not any(d.get("name") == "Pipelines" for d in deps.get("kubeflow") or []):
+        problems.append("dependencies.kubeflow has no Pipelines")
+    verified = meta.get("lastVerified")
+    if not isinstance(verified, dt.datetime) or abs(now - verified) >= dt.timedelta(days=365):
+        problems.append(f"lastVerified {verified!r}: a timestamp within 365 days")
+    if "ci" in meta and set(meta["ci"] or {}) - {"skip_dependency_probe"}:
+        problems.append(f"ci keys {sorted(meta['ci'])}")
+    if "tags" in meta and not all(isinstance(t, str) for t in meta["tags"]):
+        problems.append("tags must be strings")
+    return problems
+
+
 def check_metadata(name: str) -> None:
     from tfrecord_suite.kfp.endpoint import MIN_BACKEND
 
     with open(os.path.join(COMPONENTS, name, "metadata.yaml")) as fh:
         meta = yaml.safe_load(fh)
+    assert metadata_problems(meta, dt.datetime.now(dt.UTC)) == []
     assert meta["name"] == name
-    assert meta["tier"] in ("core", "third_party")
-    assert meta["stability"] in ("alpha", "beta", "stable")
     pipelines = next(d for d in meta["dependencies"]["kubeflow"] if d["name"] == "Pipelines")
     assert pipelines["version"] == ">=" + ".".join(map(str, MIN_BACKEND))
-    assert isinstance(meta["lastVerified"], dt.datetime)
-    assert meta["tags"] and all(t == t.lower() for t in meta["tags"])
     with open(os.path.join(COMPONENTS, name, "OWNERS")) as fh:
         owners = yaml.safe_load(fh)
     assert owners["approvers"] and owners["reviewers"]

@@ -46,3 +46,30 @@ def test_readme_example_compiles_with_the_committed_specs(name, tmp_path, monkey
     exec(compile(code, f"components/{name}/README.md", "exec"), scope)
     assert any(u.endswith(f"/{name}/component.yaml") for u in urls)
     compiler.Compiler().compile(scope["my_pipeline"], str(tmp_path / "p.yaml"))
+
+
+def test_the_metadata_rules_refuse_what_upstream_refuses():
+    import datetime as dt
+
+    from component_checks import metadata_problems
+
+    now = dt.datetime(2026, 11, 24, tzinfo=dt.UTC)
+    good = {
+        "name": "x",
+        "stability": "beta",
+        "dependencies": {"kubeflow": [{"name": "Pipelines", "version": ">=2.3.0"}]},
+        "lastVerified": dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+    }
+    assert metadata_problems(good, now) == []
+    for bad in (
+        {**good, "tier": "core"},  # removed upstream in Dec 2025
+        {**good, "stability": "ga"},
+        {**good, "dependencies": {"kubeflow": [{"name": "Pipelines", "version": ">=2.5"}]}},
+        {**good, "lastVerified": dt.datetime(2025, 1, 1, tzinfo=dt.UTC)},
+        {
+            "stability": "beta",
+            "name": "x",
+            **{k: good[k] for k in ("dependencies", "lastVerified")},
+        },
+    ):
+        assert metadata_problems(bad, now), bad
