@@ -7,31 +7,12 @@ cluster (numbers as doubles, lists and structs wrapped: ``tests/fakes/launcher.p
 are session fixtures, so any one component test runs alone (``-k``).
 """
 
-import os
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import pytest
+from component_checks import imported, load
 
-from fakes.launcher import mlmd_roundtrip
-
-ROOT = os.path.dirname(os.path.abspath(__file__))
 RUN = "components-local-run"
-
-
-def load(name: str) -> Any:
-    """The committed spec of component ``name``, as a user loads it."""
-    from kfp import components
-
-    return components.load_component_from_file(os.path.join(ROOT, name, "component.yaml"))
-
-
-def imported(artifact: Any, cls: Any) -> Any:
-    """Inside a pipeline: an earlier run's output artifact, its metadata as a cluster gives it."""
-    from kfp import dsl
-
-    return dsl.importer(
-        artifact_uri=artifact.uri, artifact_class=cls, metadata=mlmd_roundtrip(artifact.metadata)
-    ).output
 
 
 @pytest.fixture(scope="session")

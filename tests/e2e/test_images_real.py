@@ -93,7 +93,8 @@ def test_component_image_runs_as_10001_and_the_launcher_can_write(component_imag
 
 
 def test_whole_dag_runs_inside_the_component_image(engine, component_image, tmp_path, monkeypatch):
-    from conftest import write_csv
+    from support import write_csv
+
     from tfrecord_suite.kfp.local_run import run_local
     from tfrecord_suite.registry.datasets import Registry
     from tfrecord_suite.registry.models import ModelRegistry

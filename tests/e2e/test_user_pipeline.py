@@ -10,8 +10,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import write_csv
+from support import write_csv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

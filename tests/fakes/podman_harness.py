@@ -18,8 +18,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from conftest import stop_process
+from support import stop_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STANDINS = os.path.join(ROOT, "containers", "standins")

@@ -4,9 +4,9 @@ connections on a schedule. Everything completes through retries, or fails leavin
 import os
 
 import pytest
+from support import emulator_env
 from test_registry import make_staged
 
-from conftest import _emulator_env
 from fakes.faultproxy import FaultProxy
 from tfrecord_suite.io import storage
 from tfrecord_suite.registry.datasets import Registry
@@ -17,10 +17,10 @@ FAULT_FIGURES = {}
 @pytest.mark.gcs
 def test_publish_verify_alias_survive_injected_faults(tmp_path, fake_gcs_server):
     bucket = "faults"
-    with _emulator_env(fake_gcs_server):
+    with emulator_env(fake_gcs_server):
         storage.gcs_client().create_bucket(bucket)
     staged = [make_staged(str(tmp_path / f"s{i}"), n=30 + i) for i in range(3)]
-    with FaultProxy(fake_gcs_server, every=4) as proxy, _emulator_env(proxy.url):
+    with FaultProxy(fake_gcs_server, every=4) as proxy, emulator_env(proxy.url):
         reg = Registry(f"gs://{bucket}/registry")
         versions = [reg.publish(s, "rows").version for s in staged]
         assert versions == ["1.0.0", "1.1.0", "1.2.0"]
@@ -33,17 +33,17 @@ def test_publish_verify_alias_survive_injected_faults(tmp_path, fake_gcs_server)
         FAULT_FIGURES.update(requests=proxy.requests, **faults)
     assert sum(faults.values()) >= 10 and set(faults) == {"503", "429", "drop"}
     print(f"\nfaults injected and survived: {faults} over {proxy.requests} requests")
-    with _emulator_env(fake_gcs_server):  # the data is right when read without faults
+    with emulator_env(fake_gcs_server):  # the data is right when read without faults
         assert [str(v) for v in Registry(f"gs://{bucket}/registry").versions("rows")] == versions
 
 
 @pytest.mark.gcs
 def test_unreachable_store_fails_clearly_and_leaves_no_version(tmp_path, fake_gcs_server):
     bucket = "down"
-    with _emulator_env(fake_gcs_server):
+    with emulator_env(fake_gcs_server):
         storage.gcs_client().create_bucket(bucket)
     staged = make_staged(str(tmp_path / "s"))
-    with FaultProxy(fake_gcs_server, every=1) as proxy, _emulator_env(proxy.url):
+    with FaultProxy(fake_gcs_server, every=1) as proxy, emulator_env(proxy.url):
         reg = Registry(f"gs://{bucket}/registry")
         from google.cloud.storage import retry as gcs_retry
 
@@ -56,7 +56,7 @@ def test_unreachable_store_fails_clearly_and_leaves_no_version(tmp_path, fake_gc
         finally:
             storage._retry = storage_retry
     assert "503" in str(err.value) or "429" in str(err.value) or "onnection" in str(err.value)
-    with _emulator_env(fake_gcs_server):
+    with emulator_env(fake_gcs_server):
         assert Registry(f"gs://{bucket}/registry").versions("rows") == []
     assert os.path.isdir(staged)
 
@@ -69,16 +69,16 @@ def test_shard_to_gcs_survives_injected_faults(tmp_path, gcs_emulator_server, js
     from tfrecord_suite.shard.step import ShardConfig, run_shard
 
     bucket = "shard-faults"
-    with _emulator_env(gcs_emulator_server):
+    with emulator_env(gcs_emulator_server):
         storage.gcs_client().create_bucket(bucket)
     out = f"gs://{bucket}/staged/rows"
-    with FaultProxy(gcs_emulator_server, every=5) as proxy, _emulator_env(proxy.url):
+    with FaultProxy(gcs_emulator_server, every=5) as proxy, emulator_env(proxy.url):
         summary = run_shard(ShardConfig(input=jsonl_file, output=out, num_shards=2))
         faults = dict(proxy.faults)
         requests = proxy.requests
     print(f"\nshard step survived {faults} over {requests} requests")
     assert summary.records == 200 and sum(faults.values()) >= 3
-    with _emulator_env(gcs_emulator_server):  # every record landed once, readable without faults
+    with emulator_env(gcs_emulator_server):  # every record landed once, readable without faults
         shards = [f for f in storage.list_files(out) if f.uri.endswith(".tfrecord")]
         assert len(shards) == 6
         local = []

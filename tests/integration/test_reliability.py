@@ -23,7 +23,7 @@ def _shards(folder):
 
 
 def test_killed_shard_job_reruns_to_identical_output(tmp_path):
-    from conftest import write_csv
+    from support import write_csv
 
     src = tmp_path / "in"
     src.mkdir()
@@ -147,7 +147,7 @@ def test_rerun_replaces_an_unfinished_output_but_never_foreign_or_finished_files
     """Whatever moment a shard run dies at, the next run replaces what it left (work folder,
     shards moved before the summary); a folder holding anything else, or a finished output,
     still needs --overwrite."""
-    from conftest import write_csv
+    from support import write_csv
 
     src = write_csv(str(tmp_path / "in.csv"), ["x", "label"], [[i, i % 2] for i in range(50)])
     out = tmp_path / "out"

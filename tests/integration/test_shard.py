@@ -5,8 +5,8 @@ import json
 import os
 
 import pytest
+from support import write_csv
 
-from conftest import write_csv
 from tfrecord_suite.io import storage
 from tfrecord_suite.schema import Schema, parse_spec
 from tfrecord_suite.shard.step import ShardConfig, ShardError, read_dead_letters, run_shard

@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
+from support import write_csv
 
-from conftest import write_csv
 from tfrecord_suite.io import storage
 from tfrecord_suite.registry.card import dataset_card
 from tfrecord_suite.registry.datasets import Registry, RegistryError, shard_uris

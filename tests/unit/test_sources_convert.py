@@ -3,8 +3,8 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import write_csv
 
-from conftest import write_csv
 from tfrecord_suite.schema import infer_tabular_schema
 from tfrecord_suite.shard import convert, sources
 

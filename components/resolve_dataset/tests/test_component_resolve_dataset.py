@@ -21,7 +21,7 @@ def test_metadata():
 
 @pytest.mark.e2e
 def test_runs_in_kfp_local_and_describes_the_version_as_version_does(version_run, local_root):
-    from conftest import load
+    from component_checks import load
 
     resolved = load(NAME)(dataset_ref=f"{local_root['registry']}/digits@latest")
     assert resolved.outputs["ref"] == version_run["ref"]

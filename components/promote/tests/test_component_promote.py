@@ -22,10 +22,10 @@ def test_metadata():
 
 @pytest.mark.e2e
 def test_runs_in_kfp_local(local_root, register_run, evaluate_run):
+    from component_checks import imported, load
     from kfp import dsl
     from kfp.dsl import Metrics, Model
 
-    from conftest import imported, load
     from tfrecord_suite.registry.models import ModelRegistry
 
     promote = load(NAME)

@@ -23,10 +23,9 @@ def test_metadata():
 
 @pytest.mark.e2e
 def test_runs_in_kfp_local(version_run, train_run, evaluate_run, register_run):
+    from component_checks import imported, load
     from kfp import dsl
     from kfp.dsl import Dataset, Markdown, Metrics, Model
-
-    from conftest import imported, load
 
     report = load(NAME)
     outputs = NamedTuple("Outputs", [("text", str), ("summary", Markdown)])  # noqa: UP014 - the form kfp documents

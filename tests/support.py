@@ -1,0 +1,52 @@
+"""Helpers the tests import by name (a module of its own: with conftest.py files in both tests/
+and components/, ``from conftest import ...`` would find whichever pytest loaded last)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+
+
+def stop_process(process: subprocess.Popen, timeout: float) -> None:
+    """Terminate a server process; kill it if it has not ended after ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def emulator_env(url: str) -> Iterator[None]:
+    from tfrecord_suite.io import storage
+
+    old = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = url
+    storage.reset_gcs_client()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = old
+        storage.reset_gcs_client()
+
+
+def write_csv(path: str, header: list[str], rows: list[list[object]]) -> str:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
