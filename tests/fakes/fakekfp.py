@@ -10,9 +10,10 @@ the API server does:
 * with ``tokens``, every request must carry ``Authorization: Bearer <one of them>`` or gets 401
   (multi-user Kubeflow authenticates the bearer with a TokenReview; behind IAP or Dex, a proxy
   does), and the token used is recorded;
-* multi-user: an experiment, a namespaced pipeline and their listings carry a namespace, and a
-  run is created in its experiment's namespace; single-user: a namespace is an error, as the
-  API server's resource manager says ("In single-user mode, ... namespace").
+* multi-user: an experiment must carry a namespace ("An experiment cannot have an empty
+  namespace in multi-user mode", ``server/experiment_server.go``), a run takes its experiment's;
+  single-user: a namespace is dropped (``ReplaceNamespace``, ``resource/resource_manager.go``)
+  and recorded in ``ignored_namespaces``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class FakeKfp:
         self.version = version
         self.multi_user = multi_user
         self.tokens = set(tokens)
+        self.ignored_namespaces: list[str] = []
         self.requests: list[dict] = []
         self.errors: list[str] = []
         self.pipelines: dict[str, dict] = {}
@@ -83,12 +85,11 @@ class FakeKfp:
             def _namespace_ok(self, namespace: str | None, what: str) -> bool:
                 if api.multi_user and not namespace:
                     api.errors.append(f"{what} without a namespace in multi-user mode")
-                elif namespace and not api.multi_user:
-                    api.errors.append(f"{what} with namespace {namespace} in single-user mode")
-                else:
-                    return True
-                self._reply(400, {"error": f"Invalid input error: {what} namespace"})
-                return False
+                    self._reply(400, {"error": f"Invalid input error: {what} namespace"})
+                    return False
+                if namespace and not api.multi_user:
+                    api.ignored_namespaces.append(namespace)
+                return True
 
             def do_GET(self):
                 url = urllib.parse.urlsplit(self.path)
@@ -150,9 +151,7 @@ class FakeKfp:
                         name = query.get("name", ["?"])[0]
                         api.pipelines[pid] = {"pipeline_id": pid, "display_name": name}
                         namespace = query.get("namespace", [""])[0]
-                        if namespace:  # a namespaced pipeline (shared ones have none)
-                            if not self._namespace_ok(namespace, "pipeline"):
-                                return None
+                        if namespace and api.multi_user:  # namespaced (shared ones have none)
                             api.pipelines[pid]["namespace"] = namespace
                         version = {
                             "pipeline_id": pid,
@@ -176,6 +175,8 @@ class FakeKfp:
                         api.errors.append("experiment without display_name")
                     if not self._namespace_ok(payload.get("namespace"), "experiment"):
                         return None
+                    if not api.multi_user:
+                        payload.pop("namespace", None)
                     eid = str(uuid.uuid4())
                     api.experiments[eid] = {"experiment_id": eid, **payload}
                     return self._reply(200, api.experiments[eid])

@@ -139,10 +139,9 @@ def test_token_file_from_ci_and_refusals(tmp_path):
                 params=PARAMS,
             )
         assert not any(r["method"] == "POST" for r in api.requests)
-    with FakeKfp() as api:
-        with pytest.raises(UserError, match="standalone Kubeflow Pipelines, whose runs have no"):
-            _submit(api, endpoint=KfpEndpoint(api.url, namespace="team-a"), params=PARAMS)
-        assert not any(r["method"] == "POST" for r in api.requests)
+    with FakeKfp() as api:  # standalone: a namespace is dropped, as the API server drops it
+        out = _submit(api, endpoint=KfpEndpoint(api.url, namespace="team-a"), params=PARAMS)
+        assert out["namespace"] == "" and api.ignored_namespaces == [] and api.errors == []
 
 
 @pytest.mark.parametrize(

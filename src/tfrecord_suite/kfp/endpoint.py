@@ -245,11 +245,12 @@ def connect(endpoint: KfpEndpoint) -> Session:
     """Check the backend, settle the namespace, and build the client.
 
     On a multi-user backend runs need a namespace: ``endpoint.namespace``, or the namespace of
-    the pod this runs in. On a standalone one a namespace is refused (runs there have none).
+    the pod this runs in. On a standalone one a namespace is dropped with a warning, as the
+    API server drops it (runs there have none).
 
     Raises:
         BackendError: The backend is unreachable or too old.
-        UserError: No namespace for a multi-user backend, or one for a standalone backend.
+        UserError: No namespace for a multi-user backend.
 
     """
     info = probe(endpoint)
@@ -267,8 +268,12 @@ def connect(endpoint: KfpEndpoint) -> Session:
                 "namespace (in a pod, its own namespace is used)"
             )
     if namespace and not info.multi_user:
-        raise UserError(
-            f"--namespace {namespace}: {endpoint.host} is standalone Kubeflow Pipelines, whose "
-            "runs have no namespace; leave --namespace out"
+        # the API server drops it too (ReplaceNamespace in resource/resource_manager.go)
+        _LOG.warning(
+            "--namespace %s ignored: %s is standalone Kubeflow Pipelines, whose runs have no "
+            "namespace",
+            namespace,
+            endpoint.host,
         )
+        namespace = ""
     return Session(endpoint.client(namespace), info, namespace)
