@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile components release-files images clean tcmalloc
+.PHONY: demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 	LD_PRELOAD="$$(test -e $(TCMALLOC) && realpath $(TCMALLOC))" $(BIN)/python -m benchmarks \
-	  --report docs/bench --readme README.md $(BENCH_ARGS)
+	  --report docs/bench --readme docs/performance.md $(BENCH_ARGS)
 
 images: $(STAMP)
 	$(BIN)/tfrecord-suite images build $(IMAGES_ARGS)
@@ -54,6 +54,14 @@ compile: $(STAMP)
 components: $(STAMP)
 	$(BIN)/tfrecord-suite components
 
+# the documentation site (mkdocs.yml): built strict into site/, or served with live reload
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+docs: $(STAMP)
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(STAMP)
+	$(DOCS_ENV) $(BIN)/mkdocs serve
+
 # what a release attaches: every ready pipeline and component compiled for the images the
 # release pushed (.github/workflows/release.yml: IMAGE_REGISTRY, IMAGE_TAG)
 IMAGE_REGISTRY ?= ghcr.io/tfrecord-suite
@@ -64,4 +72,4 @@ release-files: $(STAMP)
 	  --image-registry $(IMAGE_REGISTRY) --image-tag $(IMAGE_TAG)
 
 clean:
-	rm -rf $(VENV) local_outputs demo-bucket bench-results
+	rm -rf $(VENV) local_outputs demo-bucket bench-results site

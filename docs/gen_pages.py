@@ -6,8 +6,7 @@ Nothing here is written by hand, so the pages cannot drift from the code:
   component and its metadata by ``make components``);
 * ``reference/pipelines.md``: each ready pipeline's parameters and DAG, from its compiled YAML;
 * ``reference/configuration.md``: every configuration dataclass, field by field, with its CLI
-  flag, default and description (the docstrings the CLI's ``--help`` shows too);
-* ``concepts/dag.md`` is not generated; it embeds the DAG diagrams written here as snippets.
+  flag, default and description (the docstrings the CLI's ``--help`` shows too).
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ def _cell(text: str) -> str:
 
 
 def components() -> None:
+    """``reference/components/``: each component's README, and an index."""
     index = ["# Components", "", "Each is loadable from its `component.yaml` or importable from "
              "`tfrecord_suite.components`; the pages below are the components' own READMEs.", "",
              "| component | what it does |", "|---|---|"]  # fmt: skip
@@ -95,6 +95,7 @@ def dag(spec: dict) -> str:
 
 
 def pipelines() -> None:
+    """``reference/pipelines.md``: each ready pipeline's DAG and parameters."""
     out = ["# Pipelines", "",
            "The ready pipelines, from their compiled YAML in `pipelines/` (their Python "
            "definitions sit beside it). Compile one for your images and hardware with "
@@ -108,14 +109,15 @@ def pipelines() -> None:
                 f"{spec['pipelineInfo'].get('description', '')}", "", dag(spec),
                 "| parameter | type | default | description |", "|---|---|---|---|"]  # fmt: skip
         for pname, p in params.items():
-            default = f"`{p['defaultValue']}`" if "defaultValue" in p else "required"
+            value = p.get("defaultValue")
+            if p["parameterType"] == "NUMBER_INTEGER" and value is not None:
+                value = int(value)  # the compiled spec writes every number as a double
+            default = f"`{value!r}`" if "defaultValue" in p else "required"
             out.append(
                 f"| `{pname}` | {p['parameterType']} | {_cell(default)} | "
                 f"{_cell(p.get('description', ''))} |"
             )
         out.append("")
-        with mkdocs_gen_files.open(f"concepts/dag-{name}.mermaid.md", "w") as fh:
-            fh.write(dag(spec))
     with mkdocs_gen_files.open("reference/pipelines.md", "w") as fh:
         fh.write("\n".join(out))
 
@@ -126,6 +128,7 @@ def _type_name(tp: object) -> str:
 
 
 def configuration() -> None:
+    """``reference/configuration.md``: every configuration dataclass, field by field."""
     import importlib
 
     out = ["# Configuration", "",
@@ -144,12 +147,11 @@ def configuration() -> None:
                 out.append(f"| `{field.name}` | {_type_name(hints[field.name])} | | "
                            "its fields are flags of their own (see below) |")  # fmt: skip
                 continue
-            default = field.default
-            if default is dataclasses.MISSING:
-                default = "required"
+            missing = field.default is dataclasses.MISSING
+            default = "required" if missing else f"`{field.default!r}`"
             flag = "--" + field.name.replace("_", "-")
             out.append(
-                f"| `{flag}` | {_cell(_type_name(hints[field.name]))} | `{default!r}` | "
+                f"| `{flag}` | {_cell(_type_name(hints[field.name]))} | {_cell(default)} | "
                 f"{_cell(docs.get(field.name, ''))} |"
             )
         out.append("")

@@ -1,25 +1,28 @@
 """The suite's Kubeflow components, ready for your own pipelines.
 
-On the default images (``ghcr.io/tfrecord-suite/*``, tagged with this package's version)::
+On the default images (``ghcr.io/tfrecord-suite/*``, tagged with this package's version):
 
-    from kfp import dsl
-    from tfrecord_suite.components import shard, version, train
+```python
+from kfp import dsl
+from tfrecord_suite.components import shard, train, version
 
 
-    @dsl.pipeline
-    def my_pipeline(input_uri: str, registry_root: str):
-        staged = shard(input_uri=input_uri, registry_root=registry_root, dataset_name="rows")
-        published = version(
-            staged=staged.outputs["staged"], registry_root=registry_root, dataset_name="rows"
-        )
-        train(dataset_ref=published.outputs["ref"], dataset_digest=published.outputs["digest"])
+@dsl.pipeline
+def my_pipeline(input_uri: str, registry_root: str):
+    staged = shard(input_uri=input_uri, registry_root=registry_root, dataset_name="rows")
+    published = version(
+        staged=staged.outputs["staged"], registry_root=registry_root, dataset_name="rows"
+    )
+    train(dataset_ref=published.outputs["ref"], dataset_digest=published.outputs["digest"])
+```
 
-On your own registry and tag, in one call::
+On your own registry and tag, in one call:
 
-    from tfrecord_suite.components import build
+```python
+from tfrecord_suite.components import build
 
-    ops = build(image_registry="europe-docker.pkg.dev/acme/ml", image_tag="0.1.0")
-    ops.shard(...)
+ops = build(image_registry="europe-docker.pkg.dev/acme/ml", image_tag="0.1.0")
+```
 
 ``configure(task, "shard")`` gives a task the settings the suite's ready pipelines give it
 (display name, retries, caching, the run id through the downward API, CPU and memory). The same
