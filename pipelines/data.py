@@ -48,25 +48,7 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         bump: str = "auto",
         publish_mode: str = "new",
     ) -> Outputs:
-        version = publish(
-            step,
-            input_uri=input_uri,
-            registry_root=registry_root,
-            dataset_name=dataset_name,
-            bump=bump,
-            publish_mode=publish_mode,
-            input_format=input_format,
-            label=label,
-            key_column=key_column,
-            splits=splits,
-            num_shards=num_shards,
-            target_shard_mb=target_shard_mb,
-            readers=readers,
-            workers=workers,
-            gzip=gzip,
-            max_bad_fraction=max_bad_fraction,
-            beam_args=beam_args,
-        )
+        version = publish(step, locals())
         return Outputs(
             version.outputs["ref"], version.outputs["digest"], version.outputs["dataset"]
         )

@@ -68,43 +68,7 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         promote_alias: str = GateConfig.baseline_alias,
         promote_tolerance: float = GateConfig.tolerance,
     ) -> str:
-        version = publish(
-            step,
-            input_uri=input_uri,
-            registry_root=registry_root,
-            dataset_name=dataset_name,
-            bump=bump,
-            publish_mode=publish_mode,
-            input_format=input_format,
-            label=label,
-            key_column=key_column,
-            splits=splits,
-            num_shards=num_shards,
-            target_shard_mb=target_shard_mb,
-            readers=readers,
-            workers=workers,
-            gzip=gzip,
-            max_bad_fraction=max_bad_fraction,
-            beam_args=beam_args,
-        )
-        report = train_and_gate(
-            step,
-            version,
-            model_registry=model_registry,
-            model_name=model_name,
-            promote_alias=promote_alias,
-            promote_tolerance=promote_tolerance,
-            strategy=strategy,
-            cpu_devices=cpu_devices,
-            epochs=epochs,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            model_fn=model_fn,
-            feature_config=feature_config,
-            workers=workers,
-            keep_failed_tfjob=keep_failed_tfjob,
-            launcher=launcher,
-        )
+        report = train_and_gate(step, publish(step, locals()), locals())
         return report.outputs["Output"]
 
     return retraining_pipeline

@@ -78,55 +78,45 @@ def described(summary: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
     return decorate
 
 
-def publish(
-    step: Steps,
-    *,
-    input_uri: Any,
-    registry_root: Any,
-    dataset_name: Any,
-    bump: Any,
-    publish_mode: Any,
-    **shard_inputs: Any,
-) -> Any:
-    """Fingerprint, shard and version ``input_uri``; returns the version task.
+#: The pipeline parameters each stage takes, by the name its step's input has.
+SHARD_INPUTS = ("input_format", "label", "key_column", "splits", "num_shards", "target_shard_mb",
+                "readers", "workers", "gzip", "max_bad_fraction", "beam_args")  # fmt: skip
+TRAIN_INPUTS = ("strategy", "cpu_devices", "epochs", "batch_size", "learning_rate", "model_fn",
+                "feature_config", "workers", "keep_failed_tfjob", "launcher")  # fmt: skip
 
-    ``shard_inputs`` are the shard step's other inputs (format, label, splits, shard plan...).
+
+def publish(step: Steps, params: dict[str, Any]) -> Any:
+    """Fingerprint, shard and version ``params["input_uri"]``; returns the version task.
+
+    ``params`` are the pipeline's parameters (its ``locals()``): the input, the registry, the
+    bump and publish mode, and the shard step's :data:`SHARD_INPUTS`.
     """
-    fingerprint = step("fingerprint", input_uri=input_uri)
+    registry = {k: params[k] for k in ("registry_root", "dataset_name")}
+    fingerprint = step("fingerprint", input_uri=params["input_uri"])
     shard = step(
         "shard",
-        input_uri=input_uri,
-        registry_root=registry_root,
-        dataset_name=dataset_name,
+        input_uri=params["input_uri"],
         fingerprint=fingerprint.output,
-        **shard_inputs,
+        **registry,
+        **{k: params[k] for k in SHARD_INPUTS},
     )
     return step(
         "version",
         staged=shard.outputs["staged"],
-        registry_root=registry_root,
-        dataset_name=dataset_name,
-        bump=bump,
-        publish_mode=publish_mode,
+        bump=params["bump"],
+        publish_mode=params["publish_mode"],
+        **registry,
     )
 
 
-def train_and_gate(
-    step: Steps,
-    version: Any,
-    *,
-    model_registry: Any,
-    model_name: Any,
-    promote_alias: Any,
-    promote_tolerance: Any,
-    **train_inputs: Any,
-) -> Any:
+def train_and_gate(step: Steps, version: Any, params: dict[str, Any]) -> Any:
     """Train on the version ``version`` (a task with outputs ref, digest, dataset); gate; report.
 
     Training takes the version's exact reference and content digest as parameters, not its
     artifact (which every run mints anew), so Kubeflow caches it on the data itself and the
-    training parameters. ``train_inputs`` are the train step's other inputs. Returns the report
-    task, whose output is the run's summary as JSON.
+    training parameters. ``params`` are the pipeline's parameters (its ``locals()``): the train
+    step's :data:`TRAIN_INPUTS`, the model registry and the gate's alias and tolerance. Returns
+    the report task, whose output is the run's summary as JSON.
     """
     train = step(
         "train",
@@ -134,16 +124,16 @@ def train_and_gate(
         dataset_digest=version.outputs["digest"],
         placement=step.placement.to_json(),
         trainer_image=step.trainer_image,
-        **train_inputs,
+        **{k: params[k] for k in TRAIN_INPUTS},
     )
     trained = {"dataset": version.outputs["dataset"], "model": train.outputs["model"]}
-    registries = {"model_registry": model_registry, "model_name": model_name}
+    registries = {k: params[k] for k in ("model_registry", "model_name")}
     evaluate = step(
         "evaluate",
         **trained,
         **registries,
-        baseline_alias=promote_alias,
-        tolerance=promote_tolerance,
+        baseline_alias=params["promote_alias"],
+        tolerance=params["promote_tolerance"],
     )
     register = step(
         "register",
@@ -157,7 +147,7 @@ def train_and_gate(
             **registries,
             registered=register.outputs["registered"],
             evaluation=evaluate.outputs["evaluation"],
-            alias=promote_alias,
+            alias=params["promote_alias"],
         )
     return step(
         "report",

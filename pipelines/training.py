@@ -48,24 +48,6 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         promote_tolerance: float = GateConfig.tolerance,
     ) -> str:
         version = step("resolve_dataset", dataset_ref=dataset_ref)
-        report = train_and_gate(
-            step,
-            version,
-            model_registry=model_registry,
-            model_name=model_name,
-            promote_alias=promote_alias,
-            promote_tolerance=promote_tolerance,
-            strategy=strategy,
-            cpu_devices=cpu_devices,
-            epochs=epochs,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            model_fn=model_fn,
-            feature_config=feature_config,
-            workers=workers,
-            keep_failed_tfjob=keep_failed_tfjob,
-            launcher=launcher,
-        )
-        return report.outputs["Output"]
+        return train_and_gate(step, version, locals()).outputs["Output"]
 
     return training_pipeline
