@@ -6,7 +6,6 @@ import re
 import pytest
 
 
-
 @pytest.mark.e2e
 def test_runs_in_kfp_local(fingerprint_run, digits):
     from tfrecord_suite.kfp.tasks import fingerprint_task

@@ -4,7 +4,6 @@ components/test_component_folders.py)."""
 import pytest
 
 
-
 @pytest.mark.e2e
 def test_runs_in_kfp_local(register_run):
     assert register_run["number"] == 1
