@@ -226,8 +226,9 @@ def version_task(
             append=publish_mode == "append",
         )
     return _describe_version(
-        registry, dataset_name, result.version, result.uri, dataset, card, created=result.created
-    )
+        registry, dataset_name, result.version, result.uri, result.manifest, dataset, card,
+        created=result.created,
+    )  # fmt: skip
 
 
 def resolve_task(*, dataset_ref: str, dataset: Any, card: Any) -> tuple[str, str]:
@@ -247,8 +248,9 @@ def resolve_task(*, dataset_ref: str, dataset: Any, card: Any) -> tuple[str, str
         registry, name, version = Registry.resolve_ref(dataset_ref)
     _LOG.info("%s is %s@%s", dataset_ref, name, version)
     return _describe_version(
-        registry, name, str(version), registry.version_dir(name, version), dataset, card
-    )
+        registry, name, str(version), registry.version_dir(name, version),
+        registry.manifest(name, version), dataset, card,
+    )  # fmt: skip
 
 
 def _describe_version(
@@ -256,18 +258,22 @@ def _describe_version(
     name: str,
     version: str,
     uri: str,
+    m: Any,
     dataset: Any,
     card: Any,
     created: bool | None = None,
 ) -> tuple[str, str]:
-    """Describe dataset version ``name@version`` in ``dataset`` and ``card``; return (ref, digest).
+    """Describe dataset version ``name@version`` (manifest ``m``) in ``dataset`` and ``card``.
 
     The metadata carries the version's exact reference, folder, content digest and counts;
     ``dataset.path`` gets a copy of the manifest and the card for Kubeflow to keep.
+
+    Returns:
+        The exact version reference and the content digest.
+
     """
     from tfrecord_suite.registry.card import dataset_card
 
-    m = registry.manifest(name, version)
     ref = f"{storage.join(registry.root, name)}@{version}"
     describe(
         dataset,
