@@ -79,7 +79,7 @@ class Target:
 
 
 _SMALL_AND_REAL = ("small", "nycflights13")
-#: Issue #19 (read side), #18 (write side and memory), #8 (the plain writer).
+#: Issue #19 (read side), #18 (write side and memory), #8 (the plain writer), #31 (network).
 TARGETS = (
     Target("reader/textbook", True, 2.5, _SMALL_AND_REAL),
     Target("reader/read_ceiling", True, 0.6, _SMALL_AND_REAL),
@@ -91,6 +91,13 @@ TARGETS = (
     Target("beam/pandas_script", True, 1.2),
     Target("beam_2_workers/beam (one file)", True, 1.6),
     Target("shard/pandas_script peak memory", False, 1.5),
+    # issue #31: shards of 100 MB or more read over a 20 ms network at 0.9 of local disk
+    Target(
+        "reader gs:// / reader local disk",
+        True,
+        0.9,
+        ("network small, 20 ms", "network large, 20 ms"),
+    ),
 )
 
 
@@ -113,8 +120,8 @@ class BenchConfig:
         repeats: Measured runs per variant (after one warm-up).
         batch_size: Batch size of every reader.
         shards: Shards per generated dataset (each >= 10 MB).
-        only: Comma-separated parts to run: read, write, train, scale, memory (empty: all
-            that apply; memory is run only when named).
+        only: Comma-separated parts to run: read, write, train, scale, memory, network
+            (empty: all that apply; memory and network are run only when named).
         memory_mb: CSV sizes in MB the memory part shards, each as one file and as 8 files.
         report: Folder for ``results.json``, ``results.md`` and ``results.png`` (empty: the
             output folder); an earlier run's files there move to dated names.
@@ -140,7 +147,7 @@ class BenchConfig:
         """The parts to run."""
         chosen = {p.strip() for p in self.only.split(",") if p.strip()}
         default = {"read", "write", "train"} | (set() if self.quick else {"scale"})
-        unknown = chosen - {"read", "write", "train", "scale", "memory"}
+        unknown = chosen - {"read", "write", "train", "scale", "memory", "network"}
         if unknown:
             raise ValueError(f"--only: unknown parts {sorted(unknown)}")
         return chosen or default
@@ -991,6 +998,10 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     if "memory" in parts:
         sizes = [int(x) for x in config.memory_mb.split(",") if x.strip()]
         results["memory"] = memory_measurements(data_root, os.path.join(root, "memory"), sizes)
+    if "network" in parts:
+        from benchmarks.network import network_part
+
+        results["network"] = network_part(data_root, config)
     results["ratios"] = ratios(results)
     results["seconds"] = round(time.perf_counter() - started, 1)
     write_reports(results, storage.normalize(config.report) if config.report else root)
@@ -1161,6 +1172,10 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
     if t:
         out["real/synthetic step time"] = t["real_over_synthetic"]
         out["cache epoch2/epoch1 speedup"] = t["cache_epoch2_speedup"]
+    if results.get("network"):
+        from benchmarks.network import network_ratios
+
+        out |= network_ratios(results["network"])
     return out
 
 
@@ -1242,6 +1257,14 @@ def _ratio_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _network_tables(results: dict[str, Any]) -> list[str]:
+    if not results.get("network"):
+        return []
+    from benchmarks.network import network_tables
+
+    return network_tables(results["network"])
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as Markdown tables: what the README's Performance section shows."""
     lines = [
@@ -1251,6 +1274,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         *_read_tables(results),
         *_write_tables(results),
+        *_network_tables(results),
         *_ratio_table(results),
     ]
     if results.get("glibc"):

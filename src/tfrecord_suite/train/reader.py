@@ -63,7 +63,11 @@ class ReaderConfig:
         block_length: Consecutive records taken from one file before moving on; they travel
             through the pipeline as one element (per-element overhead, not bytes, bounds the
             reading of small records). 0 (default): about 64 KiB of records, 1 to 64.
-        num_parallel_reads: ``num_parallel_calls`` of interleave.
+        num_parallel_reads: ``num_parallel_calls`` of interleave. 0 (default): AUTOTUNE for
+            local files; for remote ones (``gs://``) every file of the cycle at once: a remote
+            read waits on the network, not on a core, and TensorFlow's GCS filesystem fills each
+            file's 64 MiB block synchronously, so AUTOTUNE's one thread per core leaves most
+            files idle while their requests wait (the bench's network part measures both).
         num_parallel_calls: Parallelism of the parse/decode map.
         deterministic: Keep element order reproducible (slower when False is possible).
         shuffle_buffer: Records in the shuffle buffer (held as blocks of ``block_length``);
@@ -98,7 +102,7 @@ class ReaderConfig:
     seed: int = 42
     cycle_length: int = 0
     block_length: int = 0
-    num_parallel_reads: int = AUTOTUNE
+    num_parallel_reads: int = 0
     num_parallel_calls: int = AUTOTUNE
     deterministic: bool = False
     shuffle_buffer: int = 10_000
@@ -123,7 +127,12 @@ class ReaderConfig:
                 "cycle_length must be 0 (all files), AUTOTUNE (-1) or >= 1, "
                 f"got {self.cycle_length}"
             )
-        for name in ("num_parallel_reads", "num_parallel_calls", "prefetch"):
+        if self.num_parallel_reads < AUTOTUNE:
+            raise UserError(
+                "num_parallel_reads must be 0 (by where the files are), AUTOTUNE (-1) or >= 1, "
+                f"got {self.num_parallel_reads}"
+            )
+        for name in ("num_parallel_calls", "prefetch"):
             value = getattr(self, name)
             if value != AUTOTUNE and value < 1:
                 raise UserError(f"{name} must be AUTOTUNE (-1) or >= 1, got {value}")
@@ -288,6 +297,7 @@ class _Layout:
         shuffle_records: Records in the shuffle buffer (0: no shuffle).
         cycle: Files read at once.
         shard_records: ``(pipelines, index)`` when blocks, not files, are sharded (DATA policy).
+        reads: Files read in parallel (``num_parallel_reads`` resolved).
 
     """
 
@@ -296,6 +306,7 @@ class _Layout:
     shuffle_records: int
     cycle: int
     shard_records: tuple[int, int] | None
+    reads: int = AUTOTUNE
 
 
 def make_dataset(
@@ -383,7 +394,11 @@ def _layout(
         sharded_by_file = input_context is not None and by_file
         pipelines = input_context.num_input_pipelines if sharded_by_file else 1
         cycle = min(max(1, -(-len(files) // pipelines)), MAX_AUTO_CYCLE)
-    return _Layout(block, window, shuffle_records, cycle, shard_records)
+    reads = config.num_parallel_reads
+    if reads == 0:
+        remote = any("://" in f for f in files)
+        reads = max(cycle, 1) if remote and cycle != AUTOTUNE else AUTOTUNE
+    return _Layout(block, window, shuffle_records, cycle, shard_records, reads)
 
 
 def _file_stage(
@@ -419,7 +434,7 @@ def _read_stage(ds: Any, config: ReaderConfig, compression: str, layout: _Layout
         read_blocks,
         cycle_length=_autotune(layout.cycle),
         block_length=1,  # in blocks: each element already holds block_length records
-        num_parallel_calls=_autotune(config.num_parallel_reads),
+        num_parallel_calls=_autotune(layout.reads),
         # sharding blocks by position is only exactly-once if every worker sees the same order
         deterministic=config.deterministic or layout.shard_records is not None,
     )
