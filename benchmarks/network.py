@@ -127,7 +127,7 @@ def measure_child(args: dict[str, Any]) -> dict[str, Any]:
                 cycle_length=len(remote.files),
                 num_parallel_calls=len(remote.files),
                 deterministic=False,
-            )  # fmt: skip
+            )
             .repeat()
             .batch(remote.batch_size)
             .prefetch(tf.data.AUTOTUNE)
