@@ -222,7 +222,7 @@ def test_slope_is_relative_change_of_time_per_record():
 
 
 def test_parts_and_repeats():
-    assert bench.BenchConfig(quick=True).parts() == {"read", "write", "train"}
+    assert bench.BenchConfig(quick=True).parts() == {"read", "write", "train", "images"}
     assert bench.BenchConfig(only="memory").parts() == {"memory"}
     assert "scale" in bench.BenchConfig().parts()
     assert bench.BenchConfig(quick=True).runs() == 1 and bench.BenchConfig().runs() == 5
@@ -257,3 +257,45 @@ def test_every_read_variant_reads_full_batches_of_a_real_version(tmp_path):
             continue  # its own process; covered by the bench run
         drained = variant(4)
         assert drained.items == 4 * 32 and drained.steady_items == 3 * 32, name
+
+
+def test_image_part_measures_every_variant_on_real_jpegs(tmp_path, monkeypatch):
+    """The images part end to end on tiny photo sets: a 28 px model, 32 px and 64 px JPEGs."""
+    monkeypatch.setattr(bench, "IMAGE_MODEL_SIZE", 28)  # resized to 32, cropped to 28
+    monkeypatch.setattr(bench, "IMAGE_BATCH", 4)
+    monkeypatch.setattr(bench, "IMAGE_SETS", {"photos-32": (32, 6), "photos-64": (64, 6)})
+    monkeypatch.setattr(bench, "IMAGE_DRAIN_SECONDS", (0.05, 0.05))
+    images = bench.image_part(str(tmp_path), bench.BenchConfig(quick=True))
+    small, large = (images["sets"][k]["variants"] for k in ("photos-32", "photos-64"))
+    common = {"ceiling", "textbook", "reader", "reader_fused_crop"}
+    assert set(small) == common | {"reader_whole"}  # stored at the size the model crops from
+    assert set(large) == common | {"reader_dct", "reader_fused_crop_dct", "reader_shard_resized"}
+    for name, m in {**small, **large}.items():
+        assert m["items"] % 4 == 0 and m["items"] >= 16 and m["median_per_s"] > 0, name
+    assert images["sets"]["photos-64"]["images"] == 12
+    r = images["ratios"]
+    assert r["photos-64: reader_dct/ceiling"] == pytest.approx(
+        large["reader_dct"]["median_per_s"] / large["ceiling"]["median_per_s"]
+    )
+    assert "photos-64: reader_dct/textbook" in r and "photos-64: ceiling/ceiling" not in r
+    # the shard-time resized copy stores the model's size
+    from tfrecord_suite.registry.datasets import Registry
+
+    reg = Registry(str(tmp_path / "registry"))
+    name = "photos-64-shard-resized"
+    stats = reg.manifest(name, reg.latest(name)).statistics["train"]["features"]
+    assert stats["image_height"]["max"] == stats["image_width"]["min"] == 28
+
+    results = _results()
+    results["images"] = images
+    results["ratios"] = bench.ratios(results)
+    text = bench.markdown(results)
+    assert "**Images, photos-64** (12 photos stored as 64x64 JPEG" in text
+    assert "| variant | images/s | relative to the ceiling | relative to textbook | start |" in text
+    assert "| ceiling | " in text and "| reader_fused_crop_dct | " in text
+    plain = _results()
+    plain["ratios"] = bench.ratios(plain)
+    assert "Images" not in bench.markdown(plain)  # runs without the part read as before
+    bench.write_reports(results, str(tmp_path / "report"))
+    png = tmp_path / "report" / bench.IMAGE_CHART
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 1000

@@ -291,13 +291,13 @@ def test_cli_rejects_a_bad_feature_config(tmp_path):
 
 
 def test_readme_configs_fit_the_demo_data(published_penguins, published_digits):
-    """The two configs the README shows load and fit the demo datasets (docs cannot rot)."""
+    """The two configs the model how-to shows load and fit the demo datasets (docs cannot rot)."""
     import re
 
     from tfrecord_suite.registry.datasets import Registry
 
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
-    section = readme.split("### Feature transforms", 1)[1].split("\n### ", 1)[0]
+    page = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "how-to", "your-model.md")
+    section = open(page).read().split("## Feature transforms", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
     assert len(blocks) == 2
     for block, pub in zip(blocks, [published_penguins, published_digits], strict=True):

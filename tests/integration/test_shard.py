@@ -7,6 +7,7 @@ import os
 import pytest
 from support import write_csv
 
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
 from tfrecord_suite.schema import Schema, parse_spec
 from tfrecord_suite.shard.step import ShardConfig, ShardError, read_dead_letters, run_shard
@@ -151,6 +152,72 @@ def test_images_encoded_raw_and_undecodable(tmp_path, digits_dir):
     rows = read_all(raw, "validation")
     assert len(rows[0]["image"]) == 16 * 16 * 1
     assert s.schema["features"][0]["shape"] == [16, 16, 1]
+
+
+def test_shard_time_resize_stores_the_training_size_and_says_so(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    from PIL import Image
+
+    from tfrecord_suite import demo_data
+    from tfrecord_suite.registry.datasets import Registry
+
+    bands = tmp_path / "bands"
+    os.makedirs(bands / "a")
+    os.makedirs(bands / "b")
+    pixels = np.zeros((30, 90, 3), np.uint8)
+    pixels[:, :30, 0] = pixels[:, 30:60, 1] = pixels[:, 60:, 2] = 255  # red, green, blue thirds
+    for i in range(3):
+        Image.fromarray(pixels).save(bands / "a" / f"{i}.jpg", quality=95)
+        Image.fromarray(pixels).save(bands / "b" / f"{i}.png")
+    for aspect, green_only in (("crop", True), ("stretch", False)):
+        out = str(tmp_path / aspect)
+        s = run_shard(
+            ShardConfig(
+                input=str(bands),
+                output=out,
+                splits="train=1",
+                image_size=(20, 20),
+                image_aspect=aspect,
+                image_quality=80,
+            )
+        )
+        stats = s.statistics["train"]["features"]
+        assert stats["image_height"]["min"] == stats["image_height"]["max"] == 20
+        assert stats["image_width"]["min"] == stats["image_width"]["max"] == 20
+        assert stats["image"]["formats"] == {"jpeg": 3, "png": 3}  # a JPEG stays a JPEG
+        for row in read_all(out, "train"):
+            img = tf.io.decode_image(row["image"], channels=3).numpy().astype(int)
+            assert img.shape == (20, 20, 3) and row["image_height"] == 20
+            # crop keeps the aspect ratio (the central, green third); stretch keeps all three
+            assert (img[:, :, 1].mean() > 200) == green_only
+            assert (img[:, 2, 0].mean() > 200) == (not green_only)
+
+    # photos resized at shard time: the published version's statistics say the new size
+    photos = demo_data.write_photos(str(tmp_path / "photos"), 10, (48, 64), seed=2)
+    staged = str(tmp_path / "staged")
+    config = ShardConfig(input=photos, output=staged, image_size=(24, 32), image_aspect="crop")
+    run_shard(config)
+    manifest = Registry(str(tmp_path / "registry")).publish(staged, "photos").manifest
+    for split in manifest.statistics.values():
+        f = split["features"]
+        assert (f["image_height"]["min"], f["image_height"]["max"]) == (24, 24)
+        assert (f["image_width"]["min"], f["image_width"]["max"]) == (32, 32)
+        assert f["image"]["formats"] == {"jpeg": split["count"]}
+    for row in read_all(staged, "train"):
+        assert tf.io.extract_jpeg_shape(row["image"]).numpy().tolist() == [24, 32, 3]
+    same_size = str(tmp_path / "same")  # already of the size: the stored bytes are the file's
+    run_shard(ShardConfig(input=photos, output=same_size, image_size=(48, 64)))
+    originals = {
+        open(os.path.join(photos, c, f), "rb").read()
+        for c in os.listdir(photos)
+        for f in os.listdir(os.path.join(photos, c))
+    }
+    assert all(row["image"] in originals for row in read_all(same_size, "train"))
+    with pytest.raises(UserError, match="--image-aspect"):
+        ShardConfig(input="x", output="y", image_aspect="fill").validate()
+    with pytest.raises(UserError, match="--image-quality"):
+        ShardConfig(input="x", output="y", image_quality=0).validate()
 
 
 def test_parquet_text_gzip_and_overwrite(tmp_path):

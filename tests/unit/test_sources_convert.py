@@ -199,3 +199,47 @@ def test_direct_example_encoding_matches_protobuf(typed):
         else:
             feature_map[name].int64_list.value.append(int(value))
     assert convert.encode_example(typed) == example.SerializeToString(deterministic=True)
+
+
+def test_image_formats_are_counted_merged_and_carried_through_an_append():
+    import io
+
+    from PIL import Image
+
+    from tfrecord_suite.registry.datasets import merge_statistics
+
+    def encoded(fmt):
+        buf = io.BytesIO()
+        Image.new("RGB", (4, 3), (10, 20, 30)).save(buf, format=fmt)
+        return buf.getvalue()
+
+    assert [convert.image_format(encoded(f)) for f in ("JPEG", "PNG", "GIF", "BMP")] == [
+        "jpeg",
+        "png",
+        "gif",
+        "bmp",
+    ]
+    assert convert.image_format(b"not an image") == "other"
+    schema = convert.image_schema(["a", "b"], convert.ImageOptions())
+    conv = convert.RowConverter(schema, convert.SplitSpec.parse("train=1"))
+    parts = []
+    for formats in (["JPEG", "JPEG"], ["PNG"], ["JPEG"]):
+        s = convert.new_split_stats()
+        for i, fmt in enumerate(formats):
+            row = sources.RawRow(f"a/{fmt}{i}", 0, {"image": encoded(fmt), "label": "a"})
+            convert.update_stats(s, schema, conv.convert(row))
+        parts.append(s)
+    a = convert.merge_stats(convert.merge_stats(parts[0], parts[1]), parts[2])
+    b = convert.merge_stats(parts[0], convert.merge_stats(parts[1], parts[2]))
+    assert a == b
+    final = convert.finalize_stats(a)
+    assert final["features"]["image"] == {
+        "present": 4,
+        "missing": 0,
+        "formats": {"jpeg": 3, "png": 1},
+    }
+    assert final["features"]["image_height"]["max"] == 3.0
+    assert parts[0]["features"]["image"]["formats"] == {"jpeg": 2}  # inputs are not changed
+    appended = merge_statistics({"train": final}, {"train": convert.finalize_stats(parts[1])})
+    assert appended["train"]["features"]["image"]["formats"] == {"jpeg": 3, "png": 2}
+    json.dumps(final)

@@ -94,6 +94,26 @@ def shard_index(digest: bytes, num_shards: int) -> int:
     return (int.from_bytes(digest[8:16], "big") * num_shards) >> 64
 
 
+#: Image aspect ratio handling when resizing at shard time (:class:`ImageOptions`).
+ASPECTS = ("stretch", "crop")
+
+_MAGIC = (
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"BM", "bmp"),
+)
+
+
+def image_format(data: bytes) -> str:
+    """``jpeg``, ``png``, ``gif``, ``bmp`` or ``other``, from the file's leading bytes."""
+    for magic, name in _MAGIC:
+        if data.startswith(magic):
+            return name
+    return "other"
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageOptions:
     """How images are stored.
@@ -103,12 +123,18 @@ class ImageOptions:
             ``raw`` stores decoded uint8 pixels (larger shards, no decode cost while training).
         size: ``(height, width)`` to resize to; required for ``raw`` when sizes vary.
         channels: Force 1 (grayscale) or 3 (RGB) channels; None keeps the file's.
+        aspect: How ``size`` treats the aspect ratio: ``stretch`` scales each side to its
+            length (the ratio changes); ``crop`` scales to cover ``size`` keeping the ratio and
+            keeps the central ``size`` window.
+        quality: JPEG quality of re-encoded JPEG images.
 
     """
 
     encoding: str = "encoded"
     size: tuple[int, int] | None = None
     channels: int | None = None
+    aspect: str = "stretch"
+    quality: int = 90
 
 
 @dataclasses.dataclass
@@ -209,11 +235,13 @@ class RowConverter:
         if label_name not in self._label_classes:
             raise RowError(f"class folder {label_name!r} is not a known class", field="label")
         channels = self.image.channels or (1 if img.mode in ("L", "1", "I", "F", "I;16") else 3)
-        img = img.convert("L" if channels == 1 else "RGB")
+        mode = "L" if channels == 1 else "RGB"
+        changed = img.mode != mode
+        img = img.convert(mode)
         if self.image.size is not None:
-            height, width = self.image.size
-            if img.size != (width, height):
-                img = img.resize((width, height), Image.Resampling.BILINEAR)
+            resized = resize_image(img, self.image.size, self.image.aspect)
+            changed = changed or resized is not img
+            img = resized
         width, height = img.size
         if self.image.encoding == "raw":
             expected = self.schema.feature("image").shape
@@ -224,10 +252,13 @@ class RowConverter:
                     field="image",
                 )
             payload = img.tobytes()
+        elif image_format(data) == "jpeg" and (self.image.size or self.image.channels):
+            # a photo stays a JPEG (a PNG of it is several times larger and slower to decode,
+            # and the reader's JPEG paths apply); unchanged pixels keep their bytes, so no
+            # generation is lost
+            payload = data if not changed else _encoded(img, "JPEG", quality=self.image.quality)
         elif self.image.size is not None or self.image.channels is not None:
-            buf = io.BytesIO()
-            img.save(buf, format="PNG")
-            payload = buf.getvalue()
+            payload = _encoded(img, "PNG")
         else:
             payload = data
         typed = {
@@ -239,6 +270,29 @@ class RowConverter:
             "filename": row.file.rsplit("/", 1)[-1],
         }
         return self._finish(typed, data)
+
+
+def resize_image(img: Any, size: tuple[int, int], aspect: str = "stretch") -> Any:
+    """A PIL image at ``size`` (height, width); the same object when it already has that size.
+
+    ``stretch`` scales each side to its length; ``crop`` keeps the aspect ratio, scaling to cover
+    ``size``, and keeps the central window. Both filter with Pillow's bilinear kernel, which
+    widens with the scale, so downscaling does not alias.
+    """
+    from PIL import Image, ImageOps
+
+    height, width = size
+    if img.size == (width, height):
+        return img
+    if aspect == "crop":
+        return ImageOps.fit(img, (width, height), Image.Resampling.BILINEAR)
+    return img.resize((width, height), Image.Resampling.BILINEAR)
+
+
+def _encoded(img: Any, fmt: str, **params: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **params)
+    return buf.getvalue()
 
 
 def _varint(n: int) -> bytes:
@@ -443,6 +497,18 @@ def update_stats_batch(stats: dict[str, Any], schema: Schema, recs: Sequence[Con
     for label, n in collections.Counter(r.label for r in recs if r.label is not None).items():
         hist[label] = hist.get(label, 0) + n
     feats = stats["features"]
+    for f in schema.features:
+        if f.kind == "image":
+            # the reader decodes JPEG-only datasets by cheaper paths (train/decode.py); only the
+            # statistics can tell it that no record holds another format
+            s = feats.setdefault(f.name, {"present": 0, "missing": 0, "formats": {}})
+            found = collections.Counter(
+                image_format(v) for v in (r.values.get(f.name) for r in recs) if v
+            )
+            s["present"] += sum(found.values())
+            s["missing"] += len(recs) - sum(found.values())
+            for name, n in found.items():
+                s["formats"][name] = s["formats"].get(name, 0) + n
     tracked = [
         f for f in schema.features if f.kind not in ("image", "image_raw") and f.name != "filename"
     ]
@@ -487,6 +553,11 @@ def merge_stats(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             continue
         t["present"] += s["present"]
         t["missing"] += s["missing"]
+        if "formats" in s:
+            formats = dict(t.get("formats", {}))
+            for name, n in s["formats"].items():
+                formats[name] = formats.get(name, 0) + n
+            t["formats"] = formats
         if "min" in s:
             if "min" not in t:
                 t.update(min=s["min"], max=s["max"], sum=0.0, sum_sq=0.0)
@@ -513,5 +584,7 @@ def finalize_stats(stats: dict[str, Any]) -> dict[str, Any]:
             s["std"] = math.sqrt(max(0.0, s["sum_sq"] / s["present"] - mean * mean))
         s.pop("sum", None)
         s.pop("sum_sq", None)
+        if "formats" in s:
+            s["formats"] = dict(sorted(s["formats"].items()))
         out["features"][name] = s
     return out

@@ -113,7 +113,15 @@ class ShardConfig:
         splits: ``name=weight`` list.
         schema_file: A ``schema.json`` to use instead of inferring one.
         image_encoding: ``encoded`` (PNG/JPEG bytes) or ``raw`` (decoded pixels).
-        image_size: ``(height, width)`` to resize images to.
+        image_size: ``(height, width)`` to resize images to while sharding, so the stored
+            images (and the statistics' image_height/image_width) are the size training takes
+            and the trainer decodes no more pixels than it uses. Re-encoded images are JPEG
+            when the source is a JPEG (at ``image_quality``), PNG otherwise.
+        image_aspect: How ``image_size`` treats the aspect ratio: ``stretch`` scales each side
+            to its length (the ratio changes); ``crop`` keeps the ratio, scales to cover the
+            size and keeps the central window.
+        image_quality: JPEG quality (1-100) of the JPEG images re-encoded by ``image_size`` or
+            ``image_channels``.
         image_channels: Force 1 or 3 channels.
         text_mode: ``line`` or ``file`` for the text format.
         encoding: Text encoding of the input.
@@ -141,6 +149,8 @@ class ShardConfig:
     schema_file: str | None = None
     image_encoding: str = "encoded"
     image_size: tuple[int, int] | None = None
+    image_aspect: str = "stretch"
+    image_quality: int = 90
     image_channels: int | None = None
     text_mode: str = "line"
     encoding: str = "utf-8"
@@ -171,6 +181,10 @@ class ShardConfig:
             raise UserError("--image-channels must be 1 or 3")
         if self.image_size is not None and min(self.image_size) < 1:
             raise UserError(f"--image-size {self.image_size} must be positive")
+        if self.image_aspect not in convert.ASPECTS:
+            raise UserError(f"--image-aspect {self.image_aspect!r}: use stretch or crop")
+        if not 1 <= self.image_quality <= 100:
+            raise UserError(f"--image-quality {self.image_quality} must be within 1..100")
         if self.text_mode not in ("line", "file"):
             raise UserError("--text-mode must be line or file")
         if self.target_shard_mb <= 0:
@@ -290,6 +304,8 @@ def _image_options(config: ShardConfig) -> convert.ImageOptions:
         encoding=config.image_encoding,
         size=tuple(config.image_size) if config.image_size else None,
         channels=config.image_channels,
+        aspect=config.image_aspect,
+        quality=config.image_quality,
     )
 
 

@@ -29,6 +29,7 @@ inferred from the schema when none is given, as a starting point to edit.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 from typing import Annotated, Any, Literal
@@ -460,8 +461,11 @@ def build_preprocessor(
         inputs["image"] = img
         image = config.image or Image()
         x = keras.ops.cast(img, "float32")
-        if image.resize:
-            x = keras.layers.Resizing(*image.resize, name="resize")(x)
+        if image.resize and tuple(image.resize) != (h, w):
+            # antialiased, as every resize of the reader's decoder: downscaling by more than 2
+            # would otherwise alias, and the decoder's DCT-scaled and fused-crop paths, which
+            # resize in its place, would see other pixels than this one
+            x = keras.layers.Resizing(*image.resize, antialias=True, name="resize")(x)
         outputs["image"] = keras.layers.Rescaling(image.rescale, name="rescale")(x)
     if not outputs:
         raise FeatureConfigError("the feature config selects no model inputs")
@@ -476,6 +480,30 @@ def transform_fn(preprocessor: Any) -> Any:
         return preprocessor({k: x[k] for k in names})
 
     return transform
+
+
+def image_feed(config: FeatureConfig, preprocessor: Any = None) -> Any:
+    """What the model does to images after decoding, for the reader's decoder to do it cheaper.
+
+    The resize and the training crop of the config; with the ``preprocessor``, also the transform
+    of batches the decoder already cropped: the preprocessor's rescale alone (the decoder resized
+    the crops). Image datasets have no other inputs; with others there is no such transform and
+    the reader does not fuse.
+    """
+    from tfrecord_suite.train.reader import ImageFeed
+
+    image = config.image or Image()
+    feed = ImageFeed(resize=image.resize, crop=image.augment.crop)
+    if preprocessor is None or not feed.crop or list(preprocessor.input) != ["image"]:
+        return feed
+    import keras
+
+    rescale = preprocessor.get_layer("rescale")
+
+    def cropped_transform(x: dict[str, Any]) -> Any:
+        return {"image": rescale(keras.ops.cast(x["image"], "float32"))}
+
+    return dataclasses.replace(feed, cropped_transform=cropped_transform)
 
 
 def augment_fn(config: FeatureConfig) -> Any:
@@ -497,7 +525,8 @@ def augmentation(config: FeatureConfig) -> Any:
     aug = (config.image or Image()).augment
     layers = []
     # the random crop changes the shape, so it lives in the model (build_model): a random window
-    # while training, the central one when evaluating and serving
+    # while training, the central one when evaluating and serving; for JPEGs the reader decodes
+    # the training window alone instead, and the model's crop lets such batches through
     if aug.flip != "none":
         layers.append(keras.layers.RandomFlip(aug.flip, name="random_flip"))
     if aug.rotation:
@@ -520,14 +549,19 @@ def build_model(config: FeatureConfig, fitted: dict[str, Any], preprocessor: Any
     for name, tensor in preprocessor.output.items():
         if name == "image":
             shape = tuple(tensor.shape[1:])
-            inp = keras.Input(shape=shape, name="image", dtype="float32")
+            crop = config.image.augment.crop if config.image else None
+            # with a crop the model takes any size: whole images (cropped by TrainingCrop) and
+            # training batches the reader already cropped (fused decode and crop)
+            inp = keras.Input(
+                shape=(None, None, shape[2]) if crop else shape, name="image", dtype="float32"
+            )
             inputs["image"] = inp
             x = inp
-            if config.image and config.image.augment.crop:
+            if crop:
                 from tfrecord_suite.train.layers import TrainingCrop
 
-                x = TrainingCrop(*config.image.augment.crop, name="random_crop")(x)
-                shape = (*config.image.augment.crop, shape[2])
+                x = TrainingCrop(*crop, name="random_crop")(x)
+                shape = (*crop, shape[2])
             x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
             if min(shape[0], shape[1]) >= 4:
                 x = keras.layers.MaxPooling2D()(x)

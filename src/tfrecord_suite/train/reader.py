@@ -29,6 +29,12 @@ autotuning (``python -m benchmarks`` measures both side by side; the figures liv
 
 Both sizes follow the record size (:func:`block_and_window`): records of 64 KiB and more go one by
 one and are parsed per batch, the classic pipeline, since copying, not bookkeeping, bounds them.
+
+Encoded images are decoded per batch in the decode map (:class:`FeatureDecoder`). When the
+version's statistics say every stored image is a JPEG, :mod:`tfrecord_suite.train.decode` decodes
+large ones at a reduced DCT scale and, while training with a random crop (:class:`ImageFeed`),
+only each crop's window; the model's ``TrainingCrop`` lets such pre-cropped batches through and
+still centre-crops whole images at evaluation and serving.
 Public: call :func:`make_dataset` or :func:`dataset_for_split` from your own training code.
 """
 
@@ -82,6 +88,15 @@ class ReaderConfig:
         drop_remainder: Drop the last partial batch (static batch shapes for TPUs).
         repeat: Repeat forever (steps per epoch set by the trainer).
         image_size: ``(height, width)`` encoded images are decoded and resized to.
+        fused_crop: When every stored image is a JPEG (the version's statistics say so) and the
+            model takes random training crops (the feature config's ``image.augment.crop``),
+            decode only each crop's window while training (``tf.io.decode_and_crop_jpeg``),
+            resized to the crop size, instead of decoding the whole image for the model to
+            crop. Not with ``cache`` (cached crops would repeat every epoch).
+        jpeg_scaling: When every stored image is a JPEG, decode each at 1/2, 1/4 or 1/8 scale in
+            the DCT domain when that still covers the size the model takes (``image_size`` or
+            the feature config's ``image.resize``), then resize: training, evaluation and the
+            serving signature alike.
         skip_bad_records: Drop records that fail to read, and batches that fail to parse, instead
             of failing (parsing then runs per batch, so one bad record costs one batch, not a
             window); the trainer then also trains on a version that fails verification.
@@ -112,6 +127,8 @@ class ReaderConfig:
     drop_remainder: bool = False
     repeat: bool = False
     image_size: tuple[int, int] | None = None
+    fused_crop: bool = True
+    jpeg_scaling: bool = True
     skip_bad_records: bool = False
     file_buffer_bytes: int = 1 << 20
     parse_window: int = 0
@@ -182,25 +199,100 @@ def _autotune(value: int) -> int:
     return tf.data.AUTOTUNE if value == AUTOTUNE else value
 
 
-def image_shape(
-    schema: Schema, statistics: dict[str, Any] | None, config: ReaderConfig
-) -> tuple[int, int, int]:
-    """``(height, width, channels)`` images are fed to the model with."""
+@dataclasses.dataclass(frozen=True)
+class ImageFeed:
+    """What the model's own pipeline does to decoded images, so the decoder can do it cheaper.
+
+    The built-in model's feature config gives it (:func:`tfrecord_suite.train.features.image_feed`);
+    without one, images are decoded whole, at ``ReaderConfig.image_size`` or their stored size.
+
+    Attributes:
+        resize: ``(height, width)`` the model takes images at (resized in the preprocessor);
+            None: the decoded size.
+        crop: ``(height, width)`` of the random window the model takes while training (the
+            model's ``TrainingCrop``); None: no crop.
+        cropped_transform: ``features -> features`` for batches whose images the decoder already
+            cropped and resized: the feature transform without its resize. Needed for fusing
+            when the reader is given a ``transform``.
+
+    """
+
+    resize: tuple[int, int] | None = None
+    crop: tuple[int, int] | None = None
+    cropped_transform: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _ImagePlan:
+    """How the decoder turns encoded images into the model's input, resolved once per dataset.
+
+    Attributes:
+        shape: ``(height, width, channels)`` of a whole decoded image (evaluation, serving, and
+            training without a fused crop).
+        resize: Whole decodes are resized to ``shape`` (``image_size``, or DCT scaling).
+        ratios: JPEG decode ratios to choose from; ``(1,)``: full size only. With more than one,
+            every image is decoded by :func:`~tfrecord_suite.train.decode.decode_resized`.
+        crop: ``(crop, scale_from)`` when training crops are decoded alone (fused), else None.
+
+    """
+
+    shape: tuple[int, int, int]
+    resize: bool = False
+    ratios: tuple[int, ...] = (1,)
+    crop: tuple[tuple[int, int], tuple[int, int]] | None = None
+
+
+def _image_plan(
+    schema: Schema,
+    statistics: dict[str, Any] | None,
+    config: ReaderConfig,
+    feed: ImageFeed,
+) -> _ImagePlan:
+    from tfrecord_suite.train import decode
+
     image = schema.feature("image")
     if image.kind == "image_raw":
         h, w, c = image.shape
-        return int(h), int(w), int(c)
+        return _ImagePlan((int(h), int(w), int(c)))
     stats = {}
     for split_stats in (statistics or {}).values():
         stats = split_stats.get("features", {})
         break
     channels = int(stats.get("image_channels", {}).get("max", 3) or 3)
+    jpeg = decode.all_jpeg(statistics)
+    sizes = decode.stored_size_range(statistics)
+    target = config.image_size or feed.resize
+    ratios: tuple[int, ...] = (1,)
+    if config.jpeg_scaling and jpeg and target and sizes:
+        largest = sizes[1]
+        if largest[0] >= 2 * target[0] and largest[1] >= 2 * target[1]:
+            ratios = decode.RATIOS
     if config.image_size:
-        return int(config.image_size[0]), int(config.image_size[1]), channels
-    h, w = stats.get("image_height", {}), stats.get("image_width", {})
-    if h and w and h.get("min") == h.get("max") and w.get("min") == w.get("max"):
-        return int(h["max"]), int(w["max"]), channels
-    raise UserError("images differ in size; pass --image-size HEIGHTxWIDTH to resize them")
+        size = (int(config.image_size[0]), int(config.image_size[1]))
+    elif len(ratios) > 1:
+        # decoded at a reduced scale, resized straight to the size the model takes: the
+        # preprocessor's resize is then a no-op it skips
+        size = (int(target[0]), int(target[1]))
+    elif sizes and sizes[0] == sizes[1]:
+        size = sizes[0]
+    else:
+        raise UserError("images differ in size; pass --image-size HEIGHTxWIDTH to resize them")
+    crop = None
+    if config.fused_crop and jpeg and feed.crop:
+        scale_from = feed.resize or size
+        crop = ((int(feed.crop[0]), int(feed.crop[1])), (int(scale_from[0]), int(scale_from[1])))
+    resize = bool(config.image_size) or len(ratios) > 1
+    return _ImagePlan((*size, channels), resize, ratios, crop)
+
+
+def image_shape(
+    schema: Schema,
+    statistics: dict[str, Any] | None,
+    config: ReaderConfig,
+    feed: ImageFeed | None = None,
+) -> tuple[int, int, int]:
+    """``(height, width, channels)`` images are fed to the model with (whole decodes)."""
+    return _image_plan(schema, statistics, config, feed or ImageFeed()).shape
 
 
 class FeatureDecoder:
@@ -211,6 +303,7 @@ class FeatureDecoder:
         schema: Schema,
         statistics: dict[str, Any] | None = None,
         config: ReaderConfig | None = None,
+        image: ImageFeed | None = None,
     ):
         import tensorflow as tf
 
@@ -219,7 +312,12 @@ class FeatureDecoder:
         self.spec = parse_spec(schema, include_label=True)
         self.serving_spec = parse_spec(schema, include_label=False)
         self.is_image = schema.source_format == "images"
-        self.image_shape = image_shape(schema, statistics, self.config) if self.is_image else None
+        self._plan = (
+            _image_plan(schema, statistics, self.config, image or ImageFeed())
+            if self.is_image
+            else None
+        )
+        self.image_shape = self._plan.shape if self._plan else None
         self._label_table = None
         if schema.label and schema.label_encoding == "value" and schema.label_classes:
             label = schema.feature(schema.label)
@@ -235,21 +333,45 @@ class FeatureDecoder:
                 default_value=-1,
             )
 
-    def features(self, parsed: dict[str, Any]) -> dict[str, Any]:
-        """Model inputs from a parsed batch: images decoded, scalars as ``[batch, 1]``."""
+    @property
+    def fuses_crop(self) -> bool:
+        """Whether training crops can be decoded alone (every image a JPEG, a crop asked for)."""
+        return self._plan is not None and self._plan.crop is not None
+
+    @property
+    def scales_jpeg(self) -> bool:
+        """Whether JPEGs are decoded at a reduced (DCT-domain) scale where they are large."""
+        return self._plan is not None and len(self._plan.ratios) > 1
+
+    def features(self, parsed: dict[str, Any], crop_seed: Any = None) -> dict[str, Any]:
+        """Model inputs from a parsed batch: images decoded, scalars as ``[batch, 1]``.
+
+        With ``crop_seed`` (training, when :attr:`fuses_crop`), images are random crop windows
+        decoded alone (:func:`~tfrecord_suite.train.decode.decode_crops`), at the crop size.
+        """
         import tensorflow as tf
 
+        from tfrecord_suite.train import decode as image_decode
+
         out = {}
+        plan = self._plan
         for f in self.schema.input_features:
             x = parsed[f.name]
-            if f.kind == "image":
-                h, w, c = self.image_shape
+            if f.kind == "image" and crop_seed is not None and plan.crop is not None:
+                crop, scale_from = plan.crop
+                x = image_decode.decode_crops(
+                    x, plan.shape[2], crop, scale_from, crop_seed, plan.ratios
+                )
+            elif f.kind == "image":
+                h, w, c = plan.shape
 
                 def decode(b: Any, h: int = h, w: int = w, c: int = c) -> Any:
+                    if len(plan.ratios) > 1:
+                        return image_decode.decode_resized(b, c, (h, w), plan.ratios)
                     img = tf.io.decode_image(b, channels=c, expand_animations=False)
                     return (
                         tf.cast(tf.image.resize(img, (h, w), antialias=True), tf.uint8)
-                        if self.config.image_size
+                        if plan.resize
                         else tf.ensure_shape(img, (h, w, c))
                     )
 
@@ -275,16 +397,16 @@ class FeatureDecoder:
 
         return tf.io.parse_example(serialized, self.spec)
 
-    def finish(self, parsed: dict[str, Any]) -> Any:
+    def finish(self, parsed: dict[str, Any], crop_seed: Any = None) -> Any:
         """A parsed batch -> ``(features, label)`` (``features`` alone without a label)."""
-        x = self.features(parsed)
+        x = self.features(parsed, crop_seed)
         if self.schema.label is None:
             return x
         return x, self.label(parsed)
 
-    def __call__(self, serialized: Any) -> Any:
+    def __call__(self, serialized: Any, crop_seed: Any = None) -> Any:
         """Parse a batch of serialized examples into ``(features, label)``."""
-        return self.finish(self.parse(serialized))
+        return self.finish(self.parse(serialized), crop_seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,6 +420,7 @@ class _Layout:
         cycle: Files read at once.
         shard_records: ``(pipelines, index)`` when blocks, not files, are sharded (DATA policy).
         reads: Files read in parallel (``num_parallel_reads`` resolved).
+        pipeline: This input pipeline's index (0 without an input context).
 
     """
 
@@ -307,6 +430,7 @@ class _Layout:
     cycle: int
     shard_records: tuple[int, int] | None
     reads: int = AUTOTUNE
+    pipeline: int = 0
 
 
 def make_dataset(
@@ -320,6 +444,7 @@ def make_dataset(
     training: bool = True,
     transform: Any = None,
     augment: Any = None,
+    image: ImageFeed | None = None,
 ) -> Any:
     """The input pipeline over ``files``, in four stages (as tf-models' input reader reads).
 
@@ -338,6 +463,9 @@ def make_dataset(
         transform: ``features -> features`` on each parsed batch (the feature-config
             preprocessor), run in parallel before cache and prefetch.
         augment: ``features -> features``, random, applied after the cache (training only).
+        image: What the model does to images after decoding (its resize and training crop), so
+            the decoder can do it cheaper: DCT-scaled JPEG decodes, and, while training, crops
+            decoded alone (then ``image.cropped_transform`` replaces ``transform``).
 
     Returns:
         A ``tf.data.Dataset`` of ``(features, label)`` batches (``features`` alone without label).
@@ -346,11 +474,27 @@ def make_dataset(
     files = list(files)
     if not files:
         raise UserError("no files to read")
+    image = image or ImageFeed()
     layout = _layout(files, config, input_context, compression, training)
-    decoder = FeatureDecoder(schema, statistics, config)
+    decoder = FeatureDecoder(schema, statistics, config, image)
+    fused = (
+        training
+        and decoder.fuses_crop
+        and not config.cache
+        and (transform is None or image.cropped_transform is not None)
+    )
+    if fused:
+        _LOG.info(
+            "JPEG images: training crops %s decoded alone (fused decode and crop)", image.crop
+        )
+        transform = image.cropped_transform
+    if decoder.scales_jpeg:
+        _LOG.info(
+            "JPEG images: decoded at 1/2, 1/4 or 1/8 scale where that covers the model's size"
+        )
     ds = _file_stage(files, config, input_context, training, layout)
     ds = _read_stage(ds, config, compression, layout)
-    ds = _parse_stage(ds, config, decoder, layout)
+    ds = _parse_stage(ds, config, decoder, layout, fused)
     ds = _finish_stage(ds, config, schema, training, transform, augment)
     return ds.with_options(dataset_options(config))
 
@@ -398,7 +542,8 @@ def _layout(
     if reads == 0:
         remote = any("://" in f for f in files)
         reads = max(cycle, 1) if remote and cycle != AUTOTUNE else AUTOTUNE
-    return _Layout(block, window, shuffle_records, cycle, shard_records, reads)
+    pipeline = input_context.input_pipeline_id if input_context is not None else 0
+    return _Layout(block, window, shuffle_records, cycle, shard_records, reads, pipeline)
 
 
 def _file_stage(
@@ -456,8 +601,26 @@ def _parallel(config: ReaderConfig) -> dict[str, Any]:
     }
 
 
-def _parse_stage(ds: Any, config: ReaderConfig, decoder: FeatureDecoder, layout: _Layout) -> Any:
-    """Batches of parsed features: windows parsed at once and cut into batches, or per batch."""
+def _with_crop_seeds(ds: Any, config: ReaderConfig, layout: _Layout) -> Any:
+    """``(batch, seed)`` pairs: each batch's fused crops are placed by its own stateless seed.
+
+    A stream of its own (``seed + 1``: the window permutation draws from the reader's seed), with
+    the input pipeline's index folded in, so that replicas do not place their crops alike.
+    """
+    import tensorflow as tf
+
+    seeds = tf.data.Dataset.random(seed=config.seed + 1, rerandomize_each_iteration=True)
+    fold = tf.constant([0, layout.pipeline], tf.int64)
+    return tf.data.Dataset.zip(ds, seeds.batch(2).map(lambda s: s + fold))
+
+
+def _parse_stage(
+    ds: Any, config: ReaderConfig, decoder: FeatureDecoder, layout: _Layout, fused: bool = False
+) -> Any:
+    """Batches of parsed features: windows parsed at once and cut into batches, or per batch.
+
+    ``fused``: images are decoded as random crop windows, each batch by a seed of its own.
+    """
     import tensorflow as tf
 
     parallel = _parallel(config)
@@ -468,7 +631,10 @@ def _parse_stage(ds: Any, config: ReaderConfig, decoder: FeatureDecoder, layout:
         return ds.batch(size, drop_remainder=drop_remainder)
 
     if layout.window == config.batch_size:
-        return group(ds, config.batch_size, config.drop_remainder).map(decoder, **parallel)
+        ds = group(ds, config.batch_size, config.drop_remainder)
+        if fused:
+            return _with_crop_seeds(ds, config, layout).map(decoder, **parallel)
+        return ds.map(decoder, **parallel)
     ds = group(ds, layout.window)
     if layout.shuffle_records and layout.block > 1:
         # blocks left the shuffle buffer in random order; permuting each window spreads every
@@ -488,6 +654,7 @@ def _parse_stage(ds: Any, config: ReaderConfig, decoder: FeatureDecoder, layout:
     ds = ds.map(parse_window, **parallel)
     ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
     if decoder.is_image:
+        ds = _with_crop_seeds(ds, config, layout) if fused else ds
         ds = ds.map(decoder.finish, **parallel)
     return ds
 

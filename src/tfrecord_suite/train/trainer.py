@@ -25,7 +25,7 @@ from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
 from tfrecord_suite.train.metrics import METRICS_FILE, TrainMetrics
-from tfrecord_suite.train.reader import FeatureDecoder, ReaderConfig, make_dataset
+from tfrecord_suite.train.reader import FeatureDecoder, ImageFeed, ReaderConfig, make_dataset
 
 _LOG = logging.getLogger(__name__)
 EXPORT_DIR = "export"
@@ -187,6 +187,7 @@ class _Model:
     transform: Any = None
     augment: Any = None
     feature_state: tuple[Any, Any] | None = None  # (feature config, fitted state)
+    image: ImageFeed | None = None  # the model's resize and crop, which the decoder may do
 
 
 def run_train(config: TrainConfig) -> TrainMetrics:
@@ -222,6 +223,7 @@ def run_train(config: TrainConfig) -> TrainMetrics:
             data.compression,
             config.probe_steps,
             built.transform,
+            built.image,
         )
     manifest = data.manifest
     metrics = TrainMetrics(
@@ -307,7 +309,18 @@ def _build_model(config: TrainConfig, data: _Input) -> _Model:
 
     schema, statistics = data.schema, data.statistics
     probe_reader = config.reader_config(config.batch_size)
-    decoder = FeatureDecoder(schema, statistics, probe_reader)
+    feature_config = None
+    image = None
+    if not config.model_fn:
+        feature_config = (
+            features.load_feature_config(config.feature_config)
+            if config.feature_config
+            else features.infer_feature_config(schema)
+        )
+        image = features.image_feed(feature_config)
+    # every decoder of the run (the readers' and the serving signature's) gets the same feed, so
+    # all decode whole images alike
+    decoder = FeatureDecoder(schema, statistics, probe_reader, image)
     num_classes = len(schema.label_classes) if schema.label_classes else None
     ctx = model_fns.ModelContext(
         schema=schema,
@@ -319,16 +332,11 @@ def _build_model(config: TrainConfig, data: _Input) -> _Model:
         hidden_units=config.hidden_units,
     )
     built = _Model(None, decoder, probe_reader, num_classes)
-    if config.model_fn:
+    if feature_config is None:
         if schema.source_format != "images":
             ctx.vocabularies = features.vocabularies(data.files["train"], schema, data.compression)
         build = model_fns.load_model_fn(config.model_fn)
     else:
-        feature_config = (
-            features.load_feature_config(config.feature_config)
-            if config.feature_config
-            else features.infer_feature_config(schema)
-        )
         fitted = features.fit(
             feature_config, schema, statistics, data.files["train"], data.compression
         )
@@ -338,6 +346,7 @@ def _build_model(config: TrainConfig, data: _Input) -> _Model:
         built.transform = features.transform_fn(built.preprocessor)
         built.augment = features.augment_fn(feature_config)
         built.feature_state = (feature_config, fitted)
+        built.image = features.image_feed(feature_config, built.preprocessor)
 
         def build(ctx: Any) -> Any:
             return features.build_model(feature_config, fitted, built.preprocessor, ctx)
@@ -355,6 +364,7 @@ def _build_model(config: TrainConfig, data: _Input) -> _Model:
                 statistics=statistics,
                 compression=data.compression,
                 transform=built.transform,
+                image=built.image,
             ),
         )
     return built
@@ -377,6 +387,7 @@ def _input_fn(config: TrainConfig, data: _Input, built: _Model, split: str, trai
             training=training,
             transform=built.transform,
             augment=built.augment,
+            image=built.image,
         )
 
     return data.strategy.distribute_datasets_from_function(fn)
@@ -429,6 +440,7 @@ def _fit(
         _input_fn(config, data, built, "train", True),
         epochs=config.epochs,
         steps_per_epoch=data.steps_per_epoch,
+        shuffle=False,  # the reader shuffles; Keras would only warn that it cannot
         validation_data=_input_fn(config, data, built, val_split, False) if val_split else None,
         validation_steps=(
             max(1, data.records(val_split) // data.global_batch) if val_split else None
@@ -608,6 +620,7 @@ def input_wait_probe(
     compression: str,
     steps: int,
     transform: Any = None,
+    image: ImageFeed | None = None,
 ) -> dict[str, Any]:
     """Share of step time spent waiting for input, measured over ``steps`` training steps.
 
@@ -626,6 +639,7 @@ def input_wait_probe(
             statistics=statistics,
             compression=compression,
             transform=transform,
+            image=image,
         )
     )
     x, y = next(real)
