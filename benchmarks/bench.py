@@ -134,6 +134,9 @@ class BenchConfig:
             none).
         glibc_read: When this process runs under tcmalloc, run the read part again in a process
             under glibc malloc and report its ratios beside these.
+        update: Carry the parts this run does not measure over from the report folder's
+            ``results.json`` (each keeps the date it was measured, which the report states), so
+            one part can be measured again alone.
 
     """
 
@@ -147,6 +150,7 @@ class BenchConfig:
     report: str = ""
     readme: str = ""
     glibc_read: bool = True
+    update: bool = False
 
     def parts(self) -> set[str]:
         """The parts to run."""
@@ -1296,12 +1300,49 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         from benchmarks.network import network_part
 
         results["network"] = network_part(data_root, config)
+    results["measured"] = {part: results["date"] for part in parts}
+    report = storage.normalize(config.report) if config.report else root
+    if config.update:
+        carry_over(results, os.path.join(report, "results.json"))
     results["ratios"] = ratios(results)
     results["seconds"] = round(time.perf_counter() - started, 1)
-    write_reports(results, storage.normalize(config.report) if config.report else root)
+    write_reports(results, report)
     if config.readme:
         update_readme(config.readme, results)
     return results
+
+
+# the keys of results.json each part writes
+PART_KEYS = {
+    "read": ("read", "glibc"),
+    "write": ("write", "write_real"),
+    "train": ("train",),
+    "scale": ("scale",),
+    "memory": ("memory",),
+    "images": ("images",),
+    "network": ("network",),
+}
+
+
+def carry_over(results: dict[str, Any], earlier_file: str) -> None:
+    """Add to ``results`` the parts an earlier ``results.json`` has and this run did not measure.
+
+    Each carried part keeps the date it was measured (``measured``); the report lists them.
+    """
+    if not os.path.isfile(earlier_file):
+        return
+    with open(earlier_file) as fh:
+        earlier = json.load(fh)
+    dates = earlier.get("measured") or {
+        part: earlier["date"] for part, keys in PART_KEYS.items() if keys[0] in earlier
+    }
+    for part, date in dates.items():
+        if part in results["measured"]:
+            continue
+        for key in PART_KEYS[part]:
+            if key in earlier:
+                results[key] = earlier[key]
+        results["measured"][part] = date
 
 
 def _read_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
@@ -1577,6 +1618,17 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             f"Under glibc: the read part again in a process without tcmalloc "
             f"({results['glibc']['runs']} runs), in the same bench run.",
+        ]
+    carried = {
+        part: date for part, date in (results.get("measured") or {}).items()
+        if date != results["date"]
+    }  # fmt: skip
+    if carried:
+        lines += [
+            "",
+            "Carried over from earlier runs (`--update`): "
+            + ", ".join(f"{part} (measured {date})" for part, date in sorted(carried.items()))
+            + ".",
         ]
     scale = results.get("scale")
     if scale:

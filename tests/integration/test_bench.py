@@ -144,6 +144,24 @@ def test_reports_keep_earlier_runs_under_their_dates_and_fill_the_readme(tmp_pat
         bench.readme_table(str(tmp_path / "results.md"))
 
 
+def test_update_carries_the_parts_not_measured_over_with_their_dates(tmp_path):
+    import json
+
+    earlier = _results()  # read, write, train (no "measured": a run from before --update)
+    (tmp_path / "results.json").write_text(json.dumps(earlier))
+    now = {"date": "2026-11-24T10:00:00+00:00", "measured": {"train": "2026-11-24T10:00:00+00:00"},
+           "train": {"real_over_synthetic": 0.5, "cache_epoch2_speedup": 2.0}}  # fmt: skip
+    bench.carry_over(now, str(tmp_path / "results.json"))
+    assert now["train"]["real_over_synthetic"] == 0.5  # what this run measured wins
+    assert now["read"] == earlier["read"] and now["write"] == earlier["write"]
+    assert now["measured"]["read"] == earlier["date"] != now["measured"]["train"]
+    bench.carry_over(now, str(tmp_path / "absent.json"))  # nothing earlier: nothing carried
+    merged = dict(earlier, **now)
+    merged["ratios"] = bench.ratios(merged)
+    assert f"read (measured {earlier['date']})" in bench.markdown(merged)
+    assert "train (measured" not in bench.markdown(merged)
+
+
 def test_readme_shows_the_table_generated_from_the_committed_results():
     """The Performance page's table (docs/performance.md) is generated, never edited: it must
     equal what ``markdown`` makes of the committed ``docs/bench/results.json``."""
