@@ -13,6 +13,7 @@ import os
 import click
 
 from tfrecord_suite import __version__
+from tfrecord_suite.cli.data_service import data_service
 from tfrecord_suite.cli.images import images_group
 from tfrecord_suite.cli.kfp import compile_, components_, release_files_, retrain, submit
 from tfrecord_suite.cli.models import models
@@ -47,3 +48,4 @@ main.add_command(release_files_)
 main.add_command(submit)
 main.add_command(retrain)
 main.add_command(images_group)
+main.add_command(data_service)

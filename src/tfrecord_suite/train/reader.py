@@ -445,6 +445,7 @@ def make_dataset(
     transform: Any = None,
     augment: Any = None,
     image: ImageFeed | None = None,
+    service: str = "",
 ) -> Any:
     """The input pipeline over ``files``, in four stages (as tf-models' input reader reads).
 
@@ -466,6 +467,9 @@ def make_dataset(
         image: What the model does to images after decoding (its resize and training crop), so
             the decoder can do it cheaper: DCT-scaled JPEG decodes, and, while training, crops
             decoded alone (then ``image.cropped_transform`` replaces ``transform``).
+        service: A tf.data service dispatcher (``grpc://host:port``): its workers run the
+            files, read and parse stages, each on its share of the files (static sharding, see
+            :mod:`tfrecord_suite.train.service`); the finish stage runs here. Not with ``cache``.
 
     Returns:
         A ``tf.data.Dataset`` of ``(features, label)`` batches (``features`` alone without label).
@@ -492,9 +496,19 @@ def make_dataset(
         _LOG.info(
             "JPEG images: decoded at 1/2, 1/4 or 1/8 scale where that covers the model's size"
         )
-    ds = _file_stage(files, config, input_context, training, layout)
+    if service and config.cache:
+        raise UserError(
+            "cache with an input service: the workers decode every pass; cache or serve, not both"
+        )
+    ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
     ds = _read_stage(ds, config, compression, layout)
     ds = _parse_stage(ds, config, decoder, layout, fused)
+    if service:
+        from tfrecord_suite.train.service import distribute
+
+        # Keras layers (lookup tables, random generators) hold state the service cannot ship:
+        # the transform and augmentation stay here, the reading and decoding go to the workers
+        ds = distribute(ds.with_options(dataset_options(config)), service)
     ds = _finish_stage(ds, config, schema, training, transform, augment)
     return ds.with_options(dataset_options(config))
 
@@ -547,16 +561,32 @@ def _layout(
 
 
 def _file_stage(
-    files: list[str], config: ReaderConfig, input_context: Any, training: bool, layout: _Layout
+    files: list[str],
+    config: ReaderConfig,
+    input_context: Any,
+    training: bool,
+    layout: _Layout,
+    served: bool = False,
 ) -> Any:
-    """File names in a seeded order each epoch; this pipeline's files under FILE sharding."""
+    """File names in a seeded order each epoch; this pipeline's files under FILE sharding.
+
+    ``served``: the tf.data service deals them out among its workers (``SHARD_HINT``).
+    """
     import tensorflow as tf
 
     ds = tf.data.Dataset.from_tensor_slices(files)
+    sharded = input_context is not None and input_context.num_input_pipelines > 1
+    by_file = sharded and layout.shard_records is None  # FILE policy: each reads its own files
+    if served:
+        # each service worker keeps one share of the files, shuffled anew each of its passes:
+        # workers run at their own pace, so a share re-dealt per pass would skip and repeat files
+        if by_file:
+            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        hint = tf.data.experimental.SHARD_HINT
+        ds = ds.shard(hint, hint)
     if training and config.shuffle_files:
         ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
-    sharded = input_context is not None and input_context.num_input_pipelines > 1
-    if sharded and layout.shard_records is None:  # FILE policy: each worker reads its own files
+    if by_file and not served:
         ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     return ds
 

@@ -62,12 +62,22 @@ def markdown(metrics: TrainMetrics, schema: Schema, png: bytes | None) -> str:
             + " |"
         )
     probe = metrics.input or {}
-    if probe:
+    if "input_wait_share" in probe:
         lines += [
             "",
             f"Input wait: {probe['input_wait_share']:.1%} of step time; real/synthetic "
             f"step time {probe['real_over_synthetic']:.2f}.",
         ]
+    service = probe.get("service")
+    if service:
+        lines += ["", f"Training input through the tf.data service (`{service['input_service']}`)"]
+        if "workers" in service:
+            lines[-1] += (
+                f": {service['workers']} local workers, "
+                f"restarted {service['worker_restarts']} times"
+            )
+        lines[-1] += "."
+
     check = metrics.serving_check
     if check:
         lines += [

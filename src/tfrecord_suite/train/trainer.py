@@ -9,11 +9,13 @@ writes ``metrics.json`` and a report. Only the chief writes exports and metrics.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tfrecord_suite.errors import UserError
@@ -26,6 +28,7 @@ from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
 from tfrecord_suite.train.metrics import METRICS_FILE, TrainMetrics
 from tfrecord_suite.train.reader import FeatureDecoder, ImageFeed, ReaderConfig, make_dataset
+from tfrecord_suite.train.service import InputService, LocalDataService, StallWatchdog
 
 _LOG = logging.getLogger(__name__)
 EXPORT_DIR = "export"
@@ -60,6 +63,13 @@ class TrainConfig:
         profile_steps: ``"start,stop"`` batch range traced by the TensorBoard profiler.
         verify: Check every shard's checksum before training.
         probe_steps: Steps of the input-wait probe after training (0: off).
+        input_service: Read, parse and decode the training split on tf.data service workers:
+            ``local:N`` starts a dispatcher and N worker processes on this host for the run;
+            ``grpc://HOST:PORT`` uses a running dispatcher (``k8s/data-service`` runs one and
+            its workers beside the trainers). Empty: in this process. Evaluation reads here.
+        input_service_stall_seconds: With an input service, end the run (exit 75, for the job
+            to restart and resume) when no step completes for this long: a worker lost for good
+            stalls the service forever.
 
     """
 
@@ -93,6 +103,8 @@ class TrainConfig:
     profile_steps: str = ""
     verify: bool = True
     probe_steps: int = 30
+    input_service: str = ""
+    input_service_stall_seconds: float = 600.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first absurd parameter."""
@@ -113,6 +125,10 @@ class TrainConfig:
         if self.strategy not in strategy_lib.STRATEGIES:
             raise UserError(f"--strategy {self.strategy!r}: one of {strategy_lib.STRATEGIES}")
         self.reader_config(self.batch_size)
+        if InputService.parse(self.input_service) and self.reader.cache:
+            raise UserError("--cache and --input-service: the workers decode every pass; pick one")
+        if self.input_service_stall_seconds <= 0:
+            raise UserError("--input-service-stall-seconds must be positive")
 
     def reader_config(self, batch_size: int, training: bool = True) -> ReaderConfig:
         """Reader knobs for one input pipeline."""
@@ -207,12 +223,12 @@ def run_train(config: TrainConfig) -> TrainMetrics:
     model_dir = storage.normalize(config.model_dir)
     chief = strategy_lib.is_chief()
     started = time.perf_counter()
-    history, epoch_seconds = _fit(config, data, built, model_dir, chief)
+    history, epoch_seconds, service_info = _fit(config, data, built, model_dir, chief)
     train_seconds = time.perf_counter() - started
     evaluation = _evaluate(config, data, built)
     trained_digest = weights_digest(built.model)  # before the probe's steps change the weights
     export_dir = _export(data, built, model_dir, chief)
-    probe = {}
+    probe: dict[str, Any] = {}
     if config.probe_steps and strategy_lib.cluster_workers() <= 1:
         probe = input_wait_probe(
             built.model,
@@ -242,7 +258,7 @@ def run_train(config: TrainConfig) -> TrainMetrics:
         * len(epoch_seconds)
         / max(sum(epoch_seconds), 1e-9),
         evaluation=evaluation,
-        input=probe,
+        input={**probe, **({"service": service_info} if service_info else {})},
         bad_records_skipped=data.bad_records,
         weights_digest=trained_digest,
         chief=chief,
@@ -370,8 +386,18 @@ def _build_model(config: TrainConfig, data: _Input) -> _Model:
     return built
 
 
-def _input_fn(config: TrainConfig, data: _Input, built: _Model, split: str, training: bool) -> Any:
-    """A distributed dataset of ``split``: each input pipeline reads its share of the files."""
+def _input_fn(
+    config: TrainConfig,
+    data: _Input,
+    built: _Model,
+    split: str,
+    training: bool,
+    service: str = "",
+) -> Any:
+    """A distributed dataset of ``split``: each input pipeline reads its share of the files.
+
+    ``service``: a tf.data service dispatcher the reading and decoding go through.
+    """
 
     def fn(ctx: Any) -> Any:
         reader = config.reader_config(ctx.get_per_replica_batch_size(data.global_batch), training)
@@ -388,6 +414,7 @@ def _input_fn(config: TrainConfig, data: _Input, built: _Model, split: str, trai
             transform=built.transform,
             augment=built.augment,
             image=built.image,
+            service=service,
         )
 
     return data.strategy.distribute_datasets_from_function(fn)
@@ -427,28 +454,62 @@ def _callbacks(
 
 def _fit(
     config: TrainConfig, data: _Input, built: _Model, model_dir: str, chief: bool
-) -> tuple[dict[str, list[Any]], list[float]]:
+) -> tuple[dict[str, list[Any]], list[float], dict[str, Any]]:
     """``model.fit`` on the train split, validated on the validation split when it has records.
 
     Returns:
-        Keras's history and the seconds of each epoch.
+        Keras's history, the seconds of each epoch and what to report of the input service.
 
     """
     val_split = "validation" if data.records("validation") else None
     timer = _EpochTimer()
-    history = built.model.fit(
-        _input_fn(config, data, built, "train", True),
-        epochs=config.epochs,
-        steps_per_epoch=data.steps_per_epoch,
-        shuffle=False,  # the reader shuffles; Keras would only warn that it cannot
-        validation_data=_input_fn(config, data, built, val_split, False) if val_split else None,
-        validation_steps=(
-            max(1, data.records(val_split) // data.global_batch) if val_split else None
-        ),
-        callbacks=_callbacks(config, data.strategy, model_dir, chief, timer),
-        verbose=2,
-    )
-    return history.history, timer.times
+    callbacks = _callbacks(config, data.strategy, model_dir, chief, timer)
+    with served_input(config) as (address, watchdog, service_info):
+        if watchdog is not None:
+            callbacks.append(watchdog.callback())
+        history = built.model.fit(
+            _input_fn(config, data, built, "train", True, service=address),
+            epochs=config.epochs,
+            steps_per_epoch=data.steps_per_epoch,
+            shuffle=False,  # the reader shuffles; Keras would only warn that it cannot
+            validation_data=(
+                _input_fn(config, data, built, val_split, False) if val_split else None
+            ),
+            validation_steps=(
+                max(1, data.records(val_split) // data.global_batch) if val_split else None
+            ),
+            callbacks=callbacks,
+            verbose=2,
+        )
+    return history.history, timer.times, service_info
+
+
+@contextlib.contextmanager
+def served_input(
+    config: TrainConfig,
+) -> Iterator[tuple[str, StallWatchdog | None, dict[str, Any]]]:
+    """The dispatcher training reads through (``""``: none), its watchdog, what to report of it.
+
+    The report is filled in when the block ends (the local workers' restarts).
+    ``local:N`` starts the dispatcher and workers here for the run and stops them after.
+    """
+    wanted = InputService.parse(config.input_service)
+    if wanted is None:
+        yield "", None, {}
+        return
+    info: dict[str, Any] = {"input_service": config.input_service}
+    with contextlib.ExitStack() as stack:
+        address, local = wanted.address, None
+        if wanted.local_workers:
+            local = stack.enter_context(LocalDataService(wanted.local_workers))
+            address = local.address
+        _LOG.info("training input through the tf.data service at %s", address)
+        watchdog = stack.enter_context(StallWatchdog(config.input_service_stall_seconds))
+        try:
+            yield address, watchdog, info
+        finally:
+            if local is not None:
+                info.update(workers=local.workers, worker_restarts=local.restarts)
 
 
 def _evaluate(config: TrainConfig, data: _Input, built: _Model) -> dict[str, dict[str, float]]:

@@ -1,0 +1,423 @@
+"""tf.data service: the reader's work on other processes and hosts (``--input-service``).
+
+A dispatcher hands each worker a share of every input pipeline's files; the workers read, shuffle,
+parse and decode (the CPU-heavy part, images above all) and the trainer takes their batches over
+gRPC. The trainer's host then needs CPU only for the feature transform, augmentation and the
+accelerators' feeding.
+
+The sharding is static (``ShardingPolicy.HINT``: the reader marks its file list with
+``shard(SHARD_HINT, SHARD_HINT)``, which the service replaces with ``shard(workers, index)``), so
+the dispatcher takes the fixed list of workers (``worker_addresses``) and each worker streams
+passes over its own files, each pass in a new order, as the local reader does. A worker killed
+and restarted at the same address starts its stream again from the start: what it had delivered
+is read again (at least once, never lost). A worker that does not come back stalls the input
+for good (TF 2.21 waits forever), which the trainer's stall watchdog turns into a failed run.
+
+Guards against TF 2.21's server lifecycle faults (measured, see ``docs/how-to/data-service.md``):
+servers are always constructed started (an unstarted one segfaults in its destructor), a worker
+waits in Python for the dispatcher's port before it constructs its server (the constructor
+blocks holding the GIL, so a signal could not stop it), and both leave with ``os._exit`` on
+SIGTERM (no destructor, 0.06 s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from tfrecord_suite.errors import UserError
+
+_LOG = logging.getLogger(__name__)
+
+DISPATCHER_PORT = 5050
+WORKER_PORT = 5051
+LOCAL_HOST = "127.0.0.1"
+
+
+@dataclasses.dataclass
+class DispatcherOptions:
+    """One tf.data service dispatcher (``tfrecord-suite data-service dispatcher``).
+
+    Attributes:
+        port: Port it serves on, on every interface (the service has no authentication: keep
+            it inside the cluster's network).
+        work_dir: Where it journals its state (fault-tolerant mode): restarted with the same
+            port and folder it resumes every job, and trainers and workers reconnect. Empty:
+            not fault tolerant (a restart loses the jobs).
+        worker_addresses: Comma-separated ``host:port`` of every worker, as each advertises
+            itself: the static sharding the reader uses deals files out by this list, and a
+            worker at any other address is refused.
+        worker_timeout_ms: A worker silent this long is declared lost.
+
+    """
+
+    port: int = DISPATCHER_PORT
+    work_dir: str = ""
+    worker_addresses: str = ""
+    worker_timeout_ms: int = 10_000
+
+
+@dataclasses.dataclass
+class WorkerOptions:
+    """One tf.data service worker (``tfrecord-suite data-service worker``).
+
+    Attributes:
+        dispatcher: The dispatcher's ``host:port``.
+        port: Port it serves on, on every interface.
+        address: The ``host:port`` it advertises, exactly as listed in the dispatcher's
+            ``worker_addresses`` (on Kubernetes the pod's stable DNS name). Empty:
+            ``127.0.0.1:<port>``.
+        dispatcher_wait_seconds: How long it waits for the dispatcher to accept connections
+            before it gives up (exit 2).
+
+    """
+
+    dispatcher: str
+    port: int = WORKER_PORT
+    address: str = ""
+    dispatcher_wait_seconds: float = 600.0
+
+
+def _serve_until_signalled(what: str, make_server: Any) -> None:
+    """Construct a started server, then wait for SIGTERM/SIGINT and leave with ``os._exit``."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    stop = threading.Event()
+    try:
+        server = make_server()
+    except Exception as exc:  # any failure: leave before a destructor runs
+        print(f"error: tf.data service {what} did not start: {exc}", file=sys.stderr, flush=True)
+        os._exit(2)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    _LOG.info("tf.data service %s serving (%s)", what, type(server).__name__)
+    print(f"ready: tf.data service {what}", file=sys.stderr, flush=True)
+    stop.wait()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no C++ destructor: TF 2.21's can crash; fault-tolerant state is journalled
+
+
+def run_dispatcher(options: DispatcherOptions) -> None:
+    """Serve a dispatcher until SIGTERM (never returns)."""
+    import tensorflow as tf
+
+    service = tf.data.experimental.service
+    kwargs: dict[str, Any] = {
+        "port": options.port,
+        "protocol": "grpc",
+        "worker_timeout_ms": options.worker_timeout_ms,
+    }
+    if options.work_dir:
+        kwargs.update(work_dir=options.work_dir, fault_tolerant_mode=True)
+    workers = [a.strip() for a in options.worker_addresses.split(",") if a.strip()]
+    if workers:
+        kwargs["worker_addresses"] = workers
+    _serve_until_signalled(
+        f"dispatcher on port {options.port}",
+        lambda: service.DispatchServer(service.DispatcherConfig(**kwargs), start=True),
+    )
+
+
+def wait_for_port(host: str, port: int, seconds: float) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+
+
+def run_worker(options: WorkerOptions) -> None:
+    """Serve a worker until SIGTERM (never returns); exit 2 if the dispatcher never answers."""
+    host, _, port = options.dispatcher.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--dispatcher {options.dispatcher!r}: expected host:port")
+    # WorkerServer() blocks, holding the GIL, until it reaches the dispatcher; waiting here
+    # first keeps SIGTERM working meanwhile and skips the constructor's retry backoff
+    if not wait_for_port(host, int(port), options.dispatcher_wait_seconds):
+        print(
+            f"error: dispatcher {options.dispatcher} unreachable for "
+            f"{options.dispatcher_wait_seconds:g} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(2)
+    import tensorflow as tf
+
+    service = tf.data.experimental.service
+    config = service.WorkerConfig(
+        dispatcher_address=options.dispatcher,
+        worker_address=options.address or f"{LOCAL_HOST}:{options.port}",
+        port=options.port,
+        protocol="grpc",
+    )
+    _serve_until_signalled(
+        f"worker on port {options.port}", lambda: service.WorkerServer(config, start=True)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class InputService:
+    """What ``--input-service`` asks for: a dispatcher to use, or N local workers to start."""
+
+    address: str = ""
+    local_workers: int = 0
+
+    @classmethod
+    def parse(cls, spec: str) -> InputService | None:
+        """``""`` -> None, ``local:N`` or ``grpc://HOST:PORT``; a clear error otherwise."""
+        spec = spec.strip()
+        if not spec:
+            return None
+        if spec.startswith("local:"):
+            count = spec.split(":", 1)[1]
+            if count.isdigit() and int(count) >= 1:
+                return cls(local_workers=int(count))
+        elif spec.startswith("grpc://"):
+            host, _, port = spec[len("grpc://") :].rpartition(":")
+            if host and port.isdigit():
+                return cls(address=spec)
+        raise UserError(
+            f"--input-service {spec!r}: expected local:N (N >= 1 worker processes here) or "
+            "grpc://HOST:PORT (a running dispatcher)"
+        )
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind((LOCAL_HOST, 0))
+        return sock.getsockname()[1]
+
+
+class LocalDataService:
+    """A dispatcher and ``workers`` worker processes on 127.0.0.1, supervised.
+
+    A worker that exits is started again at its address (what the static sharding needs for
+    the epoch to go on), at most ``max_restarts`` times in all. Use as a context manager; the
+    processes are stopped on exit, and die with this process (``PR_SET_PDEATHSIG``).
+    """
+
+    def __init__(self, workers: int, work_dir: str = "", max_restarts: int = 10):
+        self.workers = workers
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._own_dir = None if work_dir else tempfile.TemporaryDirectory(prefix="tfrs-service-")
+        self.work_dir = work_dir or self._own_dir.name  # type: ignore[union-attr]
+        self.dispatcher_port = free_port()
+        self.worker_ports = [free_port() for _ in range(workers)]
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._supervisor: threading.Thread | None = None
+        self.exit_codes: dict[str, int] = {}  # by process name, once stopped
+
+    @property
+    def address(self) -> str:
+        """The dispatcher, as the reader takes it."""
+        return f"grpc://{LOCAL_HOST}:{self.dispatcher_port}"
+
+    def worker_address(self, index: int) -> str:
+        """Worker ``index``'s ``host:port``."""
+        return f"{LOCAL_HOST}:{self.worker_ports[index]}"
+
+    def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        log = open(os.path.join(self.work_dir, f"{args[0]}-{args[-1]}.log"), "ab")  # noqa: SIM115
+        with log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "tfrecord_suite.cli", "data-service", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                preexec_fn=_die_with_parent,
+            )
+
+    def _start_worker(self, index: int) -> None:
+        port = str(self.worker_ports[index])
+        self._procs[f"worker-{index}"] = self._spawn(
+            "worker",
+            "--dispatcher",
+            f"{LOCAL_HOST}:{self.dispatcher_port}",
+            "--address",
+            self.worker_address(index),
+            "--port",
+            port,
+        )
+
+    def start(self, timeout: float = 180.0) -> LocalDataService:
+        """Start the dispatcher and the workers; return once every port accepts connections."""
+        os.makedirs(self.work_dir, exist_ok=True)
+        addresses = ",".join(self.worker_address(i) for i in range(self.workers))
+        self._procs["dispatcher"] = self._spawn(
+            "dispatcher",
+            "--work-dir",
+            os.path.join(self.work_dir, "journal"),
+            "--worker-addresses",
+            addresses,
+            "--port",
+            str(self.dispatcher_port),
+        )
+        for index in range(self.workers):
+            self._start_worker(index)
+        deadline = time.monotonic() + timeout
+        for name, port in [("dispatcher", self.dispatcher_port), *self._named_worker_ports()]:
+            # a worker's port opens once it has registered with the dispatcher
+            while not wait_for_port(LOCAL_HOST, port, 1.0):
+                proc = self._procs[name]
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"tf.data service {name} did not start (exit {proc.returncode}); "
+                        f"its log: {os.path.join(self.work_dir, name.split('-')[0])}-*.log"
+                    )
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
+        self._supervisor.start()
+        _LOG.info(
+            "tf.data service: dispatcher %s and %d workers (logs in %s)",
+            self.address,
+            self.workers,
+            self.work_dir,
+        )
+        return self
+
+    def _named_worker_ports(self) -> list[tuple[str, int]]:
+        return [(f"worker-{i}", port) for i, port in enumerate(self.worker_ports)]
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.5):
+            with self._lock:
+                for index in range(self.workers):
+                    proc = self._procs[f"worker-{index}"]
+                    if proc.poll() is None or self._stopping.is_set():
+                        continue
+                    if self.restarts >= self.max_restarts:
+                        continue  # the trainer's stall watchdog ends the run
+                    self.restarts += 1
+                    _LOG.warning(
+                        "tf.data service worker %d exited (%s): starting it again at %s "
+                        "(its files are read again from the start)",
+                        index,
+                        proc.returncode,
+                        self.worker_address(index),
+                    )
+                    self._start_worker(index)
+
+    def pids(self) -> dict[str, int]:
+        """The processes' ids, by name (``dispatcher``, ``worker-0``...)."""
+        with self._lock:
+            return {name: proc.pid for name, proc in self._procs.items()}
+
+    def stop(self) -> None:
+        """SIGTERM every process (workers first), SIGKILL any still running after 10 s."""
+        self._stopping.set()
+        with self._lock:
+            procs = [p for n, p in sorted(self._procs.items(), reverse=True)]  # workers first
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        with self._lock:
+            self.exit_codes = {name: proc.returncode for name, proc in self._procs.items()}
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+
+    def __enter__(self) -> LocalDataService:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the parent dies (Linux), so no server outlives a crashed run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class StallWatchdog:
+    """Ends the process when training takes no step for ``seconds`` (the service stalled).
+
+    TF 2.21's tf.data service waits forever for a worker that does not come back, inside C++
+    where no Python exception can reach; a run that hangs holds its accelerators for nothing.
+    ``os._exit(75)`` after an error line is the only way out; the job's restart policy and
+    ``BackupAndRestore`` then resume the run.
+    """
+
+    EXIT_CODE = 75
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def step(self) -> None:
+        """Record progress."""
+        self._last = time.monotonic()
+
+    def __enter__(self) -> StallWatchdog:
+        self._last = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(5.0, self.seconds / 4)):
+            if time.monotonic() - self._last > self.seconds:
+                print(
+                    f"error: no training step for {self.seconds:g} s: the tf.data service "
+                    "stalled (a worker lost for good?); exiting so the job restarts and "
+                    "resumes from its backup",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(self.EXIT_CODE)
+
+    def callback(self) -> Any:
+        """A Keras callback recording each batch as progress."""
+        import keras
+
+        watchdog = self
+
+        class Progress(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                watchdog.step()
+
+            def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+                watchdog.step()
+
+        return Progress()
+
+
+def distribute(dataset: Any, address: str) -> Any:
+    """``dataset`` (marked with ``SHARD_HINT``) processed by the service at ``address``."""
+    import tensorflow as tf
+
+    service = tf.data.experimental.service
+    return dataset.apply(
+        service.distribute(processing_mode=service.ShardingPolicy.HINT, service=address)
+    )

@@ -1,0 +1,47 @@
+"""``--input-service`` parsing and the stall watchdog (the servers run in
+tests/integration/test_data_service.py)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tfrecord_suite.errors import UserError
+from tfrecord_suite.train.reader import ReaderConfig
+from tfrecord_suite.train.service import InputService, StallWatchdog
+from tfrecord_suite.train.trainer import TrainConfig
+
+
+def test_input_service_specs():
+    assert InputService.parse("") is None
+    assert InputService.parse("local:3") == InputService(local_workers=3)
+    assert InputService.parse("grpc://tfrs-data-dispatcher:5050") == InputService(
+        address="grpc://tfrs-data-dispatcher:5050"
+    )
+    for bad in ("local:0", "local:x", "dispatcher:5050", "grpc://host", "grpc://:5050"):
+        with pytest.raises(UserError, match=r"local:N .* grpc://HOST:PORT"):
+            InputService.parse(bad)
+
+
+def test_train_config_refuses_cache_with_a_service_and_bad_specs():
+    cached = ReaderConfig(cache="memory")
+    with pytest.raises(UserError, match="--cache and --input-service"):
+        TrainConfig(
+            dataset="r/d@1", model_dir="m", input_service="local:2", reader=cached
+        ).validate()
+    with pytest.raises(UserError, match="--input-service 'local'"):
+        TrainConfig(dataset="r/d@1", model_dir="m", input_service="local").validate()
+
+
+def test_watchdog_ends_a_stalled_process_with_its_exit_code():
+    code = (
+        "import time\n"
+        "from tfrecord_suite.train.service import StallWatchdog\n"
+        "with StallWatchdog(0.5) as w:\n"
+        "    for _ in range(4):\n"
+        "        time.sleep(0.2); w.step()\n"  # progress keeps it quiet
+        "    time.sleep(30)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == StallWatchdog.EXIT_CODE
+    assert "no training step for 0.5 s" in proc.stderr
