@@ -63,6 +63,7 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         feature_config: str = TrainConfig.feature_config,
         keep_failed_tfjob: bool = False,
         launcher: str = step.placement.launcher,
+        input_service: str = TrainConfig.input_service,
         model_registry: str = "",
         model_name: str = "",
         promote_alias: str = GateConfig.baseline_alias,

@@ -48,6 +48,9 @@ PARAMETERS = {
     "keep_failed_tfjob": "Leave a failed TrainJob or TFJob and its pods for inspection.",
     "launcher": "How multi-node training is launched: auto (TrainJob where the cluster serves "
     "it, else TFJob), trainjob (Kubeflow Trainer v2) or tfjob.",
+    "input_service": "Read and decode the training data on tf.data service workers: "
+    "grpc://HOST:PORT of a running dispatcher (k8s/data-service), or local:N (N worker "
+    "processes beside each trainer); empty: in the trainer.",
     "model_registry": "Model registry root; <registry root>/_models when empty.",
     "model_name": "Registered model name; the dataset's name when empty.",
     "promote_alias": "Alias the gate compares against and moves on success.",
@@ -82,7 +85,8 @@ def described(summary: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
 SHARD_INPUTS = ("input_format", "label", "key_column", "splits", "num_shards", "target_shard_mb",
                 "readers", "workers", "gzip", "max_bad_fraction", "beam_args")  # fmt: skip
 TRAIN_INPUTS = ("strategy", "cpu_devices", "epochs", "batch_size", "learning_rate", "model_fn",
-                "feature_config", "workers", "keep_failed_tfjob", "launcher")  # fmt: skip
+                "feature_config", "workers", "keep_failed_tfjob", "launcher",
+                "input_service")  # fmt: skip
 
 
 def publish(step: Steps, params: dict[str, Any]) -> Any:

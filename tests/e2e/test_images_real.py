@@ -319,3 +319,86 @@ def test_users_own_pipeline_runs_inside_the_image(engine, component_image, tmp_p
         task = user_pipeline.user_pipeline(input_uri=raw, registry_root=str(workdir / "registry"))
     check_run(json.loads(task.output), str(workdir / "registry"))
     assert os.stat(workdir / "registry" / "blobs" / "1.0.0" / "manifest.json").st_uid == 10001
+
+
+def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path):
+    """k8s/data-service's dispatcher and two worker containers, as kustomize renders them, run
+    in the component image with their exact commands and args, and a trainer-side container
+    reads a version through them: every training record exactly once, from the workers.
+
+    What podman cannot give is replaced by what the cluster would, each named here: podman
+    cannot run a StatefulSet, so each of its pods is a `podman run` container (as UID 10001) on a
+    network of its own with a fixed IP; the headless Service's names (`<pod>.tfrs-data`) are
+    /etc/hosts entries for those IPs in every container; `$(POD_NAME)` is expanded as the
+    kubelet expands it; the journal's volume claim is a tmpfs; the version is a host folder
+    mounted at the same path in the workers and the reader (on a cluster: the bucket)."""
+    import random
+    import uuid
+
+    from support import write_csv
+
+    from fakes import manifests
+    from tfrecord_suite.registry.datasets import Registry
+    from tfrecord_suite.shard.step import ShardConfig, run_shard
+    from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
+
+    if manifests.kubectl() is None:
+        pytest.skip("kubectl (kustomize) not installed")
+    data = tmp_path / "data"
+    csv = write_csv(str(tmp_path / "rows.csv"), ["id", "label"],
+                    [[i, "ab"[i % 2]] for i in range(6_000)])  # fmt: skip
+    run_shard(ShardConfig(input=csv, output=str(data / "staged"), label="label", num_shards=4))
+    registry = Registry(str(data / "registry"))
+    ref = f"{registry.root}/rows@{registry.publish(str(data / 'staged'), 'rows').version}"
+    one_pass = ReaderConfig(batch_size=128, repeat=False)
+    expected = sorted(
+        i for f, _ in dataset_for_split(ref, "train", one_pass) for i in f["id"].numpy().ravel()
+    )
+    subprocess.run(["chmod", "-R", "a+rX", str(data)], check=True)
+
+    docs = {d["metadata"]["name"]: d for d in manifests.render("data-service")}
+    service = docs["tfrs-data"]["metadata"]["name"]
+    subnet = f"10.{random.randint(90, 250)}.{random.randint(0, 250)}"
+    pods = {"tfrs-data-dispatcher-0": ("tfrs-data-dispatcher", f"{subnet}.10")}
+    for i in range(docs["tfrs-data-worker"]["spec"]["replicas"]):
+        pods[f"tfrs-data-worker-{i}"] = ("tfrs-data-worker", f"{subnet}.{11 + i}")
+    hosts = [f"--add-host={pod}.{service}:{ip}" for pod, (_, ip) in pods.items()]
+    network = f"tfrs-ds-{uuid.uuid4().hex[:8]}"
+    podman("network", "create", "--subnet", f"{subnet}.0/24", network)
+    common = ["--network", network, *hosts, "-v", f"{data}:{data}:ro"]
+    names = {pod: f"{network}-{pod}" for pod in pods}
+    try:
+        for pod, (sts, ip) in pods.items():
+            (container,) = docs[sts]["spec"]["template"]["spec"]["containers"]
+            assert container["image"] == component_image
+            env = {"POD_NAME": pod, "HOME": "/tmp"}
+            args = [manifests.expand(a, env) for a in container["args"]]
+            mounts = [
+                f"--tmpfs={m['mountPath']}:mode=1777" for m in container.get("volumeMounts", [])
+            ]
+            podman("run", "-d", "--name", names[pod], "--ip", ip, "--user", "10001:10001",
+                   *common, *mounts, "-e", "HOME=/tmp", component_image,
+                   *container["command"], *args)  # fmt: skip
+        reader = (
+            "import json, sys\n"
+            "from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split\n"
+            f"ds = dataset_for_split({ref!r}, 'train', ReaderConfig(batch_size=128, repeat=False),"
+            " service=sys.argv[1])\n"
+            "print(json.dumps(sorted(int(i) for f, _ in ds for i in f['id'].numpy().ravel())))\n"
+        )
+        dispatcher = f"grpc://tfrs-data-dispatcher-0.{service}:5050"
+        proc = podman("run", "--rm", "--ip", f"{subnet}.20", "--user", "10001:10001", *common,
+                      "-e", "HOME=/tmp", component_image, "python", "-c", reader, dispatcher,
+                      check=False, timeout=600)  # fmt: skip
+        logs = {
+            pod: podman("logs", name, check=False).stderr[-1500:] for pod, name in names.items()
+        }
+        assert proc.returncode == 0, (proc.stderr[-3000:], logs)
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+        for name in names.values():
+            podman("stop", "--time", "20", name)  # SIGTERM: each leaves with 0, no crash
+            assert podman("inspect", name, "--format", "{{.State.ExitCode}}").stdout.strip() == "0"
+    finally:
+        for name in names.values():
+            podman("rm", "--force", name, check=False)
+        podman("network", "rm", "--force", network, check=False)

@@ -40,7 +40,7 @@ def test_every_object_is_valid_kubernetes():
             kinds.add(doc["kind"])
             _validate(doc)
     assert {"Role", "RoleBinding", "ServiceAccount", "CronJob", "ResourceQuota"} <= kinds
-    assert {"PriorityClass", "ClusterTrainingRuntime"} <= kinds
+    assert {"PriorityClass", "ClusterTrainingRuntime", "StatefulSet", "Service"} <= kinds
 
 
 def test_rbac_is_least_privilege_and_namespaced():
@@ -143,7 +143,7 @@ def test_images_come_from_one_place():
         for doc in manifests.load(os.path.relpath(path, manifests.K8S)):
             for image in manifests.images_in(doc):
                 assert image.rpartition(":")[0] in rewrites, (path, image)
-    for target in ("base", "trainer-runtime"):
+    for target in ("base", "trainer-runtime", "data-service"):
         (kustomization,) = manifests.load(f"{target}/kustomization.yaml")
         assert "../images" in kustomization.get("components", []), target
 
@@ -333,3 +333,51 @@ def test_the_priority_class_is_used_by_the_training_nodes():
     )  # fmt: skip
     for replica in job["spec"]["tfReplicaSpecs"].values():
         assert replica["template"]["spec"]["priorityClassName"] == priority["metadata"]["name"]
+
+
+@needs_kubectl
+def test_data_service_dispatcher_lists_every_worker_by_the_name_it_advertises():
+    """Static sharding refuses a worker the dispatcher's list does not name, and a worker
+    restarted under another name stalls the epoch (tests/integration/test_data_service.py): the
+    list must be exactly the worker pods' stable names, as each worker advertises itself."""
+    from tfrecord_suite.cli.main import main
+
+    docs = {d["metadata"]["name"]: d for d in manifests.render("data-service")}
+    service, dispatcher, workers = (docs[n] for n in ("tfrs-data", "tfrs-data-dispatcher",
+                                                      "tfrs-data-worker"))  # fmt: skip
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"]
+    for sts in (dispatcher, workers):
+        assert sts["spec"]["serviceName"] == "tfrs-data"
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        assert set(service["spec"]["selector"].items()) <= set(labels.items())
+        assert labels["sidecar.istio.io/inject"] == "false"
+
+    def container(sts):
+        (c,) = sts["spec"]["template"]["spec"]["containers"]
+        assert c["command"] == ["tfrecord-suite"]
+        # each command's flags parse as the CLI the image runs them
+        assert c["args"][0] == "data-service"
+        command = main.commands["data-service"].commands[c["args"][1]]
+        command.make_context(command.name, list(c["args"][2:]))
+        return c
+
+    flags = dict(a.split("=", 1) for a in container(dispatcher)["args"][2:])
+    listed = flags["--worker-addresses"].split(",")
+    worker = container(workers)
+    wflags = dict(a.split("=", 1) for a in worker["args"][2:])
+    advertised = [
+        manifests.expand(wflags["--address"], {"POD_NAME": f"tfrs-data-worker-{i}"})
+        for i in range(workers["spec"]["replicas"])
+    ]
+    assert listed == advertised
+    assert all(a.endswith(f":{wflags['--port']}") for a in listed)
+    assert wflags["--dispatcher"] == f"tfrs-data-dispatcher-0.tfrs-data:{flags['--port']}"
+    assert workers["spec"]["podManagementPolicy"] == "Parallel"
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # the journal outlives the dispatcher's pod, so a restarted dispatcher resumes its jobs
+    (mount,) = dispatcher["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert flags["--work-dir"] == mount["mountPath"]
+    assert [t["metadata"]["name"] for t in dispatcher["spec"]["volumeClaimTemplates"]] == [
+        mount["name"]
+    ]

@@ -317,6 +317,7 @@ def train_task(
     feature_config: str = "",
     trainer_image: str = "",
     launcher: str = "",
+    input_service: str = "",
 ) -> None:
     """Train on the version ``dataset_ref`` names; fill the model, metrics and report artifacts.
 
@@ -345,6 +346,7 @@ def train_task(
         learning_rate=learning_rate,
         model_fn=model_fn or None,
         feature_config=feature_config,
+        input_service=input_service,
     )
     where = _placement(placement, launcher)
     if workers == 1 and not where.launch_job:

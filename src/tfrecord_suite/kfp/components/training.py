@@ -27,6 +27,7 @@ def train(
     keep_failed_tfjob: bool = False,
     trainer_image: str = "",
     launcher: str = "auto",
+    input_service: str = "",
 ):
     """Train a Keras model under tf.distribute on a dataset version; export a SavedModel.
 
@@ -58,6 +59,10 @@ def train(
             placement's accelerator.
         launcher: How a multi-node job is launched: auto (TrainJob where the cluster serves it,
             else TFJob), trainjob or tfjob.
+        input_service: Read and decode the training data on tf.data service workers:
+            grpc://HOST:PORT of a running dispatcher (k8s/data-service deploys one with its
+            workers), or local:N (N worker processes beside each trainer). Empty: in the
+            trainer.
 
     Returns:
         model: The model folder: export/ (a SavedModel whose serving_default takes serialized
@@ -91,6 +96,7 @@ def train(
         keep_failed_tfjob=keep_failed_tfjob,
         trainer_image=trainer_image,
         launcher=launcher,
+        input_service=input_service,
     )
 
 
