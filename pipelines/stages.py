@@ -49,8 +49,9 @@ PARAMETERS = {
     "launcher": "How multi-node training is launched: auto (TrainJob where the cluster serves "
     "it, else TFJob), trainjob (Kubeflow Trainer v2) or tfjob.",
     "input_service": "Read and decode the training data on tf.data service workers: "
-    "grpc://HOST:PORT of a running dispatcher (k8s/data-service), or local:N (N worker "
-    "processes beside each trainer); empty: in the trainer.",
+    "grpc://HOST:PORT of a running dispatcher (k8s/data-service), cluster:N (N worker pods "
+    "started for the run) or local:N (N worker processes beside each trainer); empty: in the "
+    "trainer.",
     "model_registry": "Model registry root; <registry root>/_models when empty.",
     "model_name": "Registered model name; the dataset's name when empty.",
     "promote_alias": "Alias the gate compares against and moves on success.",
@@ -128,6 +129,7 @@ def train_and_gate(step: Steps, version: Any, params: dict[str, Any]) -> Any:
         dataset_digest=version.outputs["digest"],
         placement=step.placement.to_json(),
         trainer_image=step.trainer_image,
+        data_service_image=step.deployment.images.component,
         **{k: params[k] for k in TRAIN_INPUTS},
     )
     trained = {"dataset": version.outputs["dataset"], "model": train.outputs["model"]}

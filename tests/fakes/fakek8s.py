@@ -120,6 +120,11 @@ API_RESOURCES = {
     ("trainer.kubeflow.org", "v1alpha1"): ("trainjobs", "TrainJob"),
 }
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+#: the built-in objects the fake keeps (a run's tf.data service): path pattern -> OpenAPI type
+OBJECTS = {
+    re.compile(r"/api/v1/namespaces/([^/]+)/(services)(?:/([^/]+))?"): "V1Service",
+    re.compile(r"/apis/apps/v1/namespaces/([^/]+)/(statefulsets)(?:/([^/]+))?"): "V1StatefulSet",
+}
 
 
 class FakeKubernetes:
@@ -147,6 +152,12 @@ class FakeKubernetes:
         self.created: list[dict[str, Any]] = []
         self.create_queries: list[dict[str, str]] = []
         self.requests: list[tuple[str, str]] = []
+        # Services and StatefulSets by (plural, namespace, name); a StatefulSet's pods are
+        # reported ready when ``pods_ready``
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.objects_created: list[dict[str, Any]] = []
+        self.objects_deleted: list[tuple[str, str, str, str | None]] = []
+        self.pods_ready = True
         self._gets: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         fake = self
@@ -226,6 +237,10 @@ class FakeKubernetes:
                         "application/json",
                     )
                 return self._job_route(method, m[1], m[2], query, body, check)
+        for pattern, type_name in OBJECTS.items():
+            m = pattern.fullmatch(path)
+            if m:
+                return self._object_route(method, m[1], m[2], m[3], query, body, type_name)
         m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", path)
         if m and method == "GET":
             key, _, name = query.get("labelSelector", "").partition("=")
@@ -275,6 +290,34 @@ class FakeKubernetes:
             },
             "application/json",
         )
+
+    def _object_route(self, method, ns, plural, name, query, body, type_name) -> tuple:
+        json_type = "application/json"
+        if method == "POST" and name is None:
+            problems = validate(body, type_name)
+            if problems:
+                return 422, _status(422, "; ".join(problems)), json_type
+            key = (plural, ns, body["metadata"]["name"])
+            if key in self.objects:
+                return 409, _status(409, "AlreadyExists"), json_type
+            self.objects[key] = body
+            self.objects_created.append(body)
+            return 201, body, json_type
+        key = (plural, ns, name)
+        if name is None or key not in self.objects:
+            return 404, _status(404, "NotFound"), json_type
+        if method == "GET":
+            out = json.loads(json.dumps(self.objects[key]))
+            if plural == "statefulsets":
+                replicas = out["spec"]["replicas"]
+                ready = replicas if self.pods_ready else 0
+                out["status"] = {"replicas": replicas, "readyReplicas": ready}
+            return 200, out, json_type
+        if method == "DELETE":
+            self.objects_deleted.append((plural, ns, name, query.get("propagationPolicy")))
+            del self.objects[key]
+            return 200, _status(200, "Success"), json_type
+        return 405, _status(405, "MethodNotAllowed"), json_type
 
     def _job_route(self, method, ns, name, query, body, check) -> tuple:
         if method == "POST" and name is None:

@@ -26,6 +26,7 @@ from fakes.fakek8s import (
 )
 from tfrecord_suite import images
 from tfrecord_suite.launch import discovery
+from tfrecord_suite.launch.data_service import DataServiceLauncher
 from tfrecord_suite.launch.job import (
     JobCancelled,
     JobConfig,
@@ -366,6 +367,10 @@ def _rbac_requests(requests):
         if m:
             out.add((m[1], m[2], _VERBS[method]))
             continue
+        m = re.fullmatch(r"/api/v1/namespaces/[^/]+/services(/[^/]+)?", path)
+        if m:
+            out.add(("", "services", _VERBS[method]))
+            continue
         m = re.fullmatch(r"/api/v1/namespaces/[^/]+/pods(/[^/]+)?(/log)?", path)
         assert m, path
         if m[2]:
@@ -384,6 +389,13 @@ def test_rbac_grants_exactly_what_the_launcher_calls():
                 with contextlib.suppress(JobError):
                     JobLauncher(kind, k8s.api_client(), sleep=lambda s: None).run(config())
                 used |= _rbac_requests(k8s.requests)
+    with FakeKubernetes(Scenario([("Succeeded", "")])) as k8s:  # --input-service cluster:N
+        service = DataServiceLauncher(k8s.api_client(), sleep=lambda s: None)
+        first = service.running("s", 1, "img", run_id="r", namespace="ml")
+        retried = service.running("s", 1, "img", run_id="r", namespace="ml")  # adopts them
+        with first, retried:
+            pass
+        used |= _rbac_requests(k8s.requests)
     with open(os.path.join(K8S, "base", "role.yaml")) as fh:
         role = yaml.safe_load(fh)
     granted = {

@@ -15,10 +15,11 @@ from tfrecord_suite.train.trainer import TrainConfig
 def test_input_service_specs():
     assert InputService.parse("") is None
     assert InputService.parse("local:3") == InputService(local_workers=3)
+    assert InputService.parse("cluster:8") == InputService(cluster_workers=8)
     assert InputService.parse("grpc://tfrs-data-dispatcher:5050") == InputService(
         address="grpc://tfrs-data-dispatcher:5050"
     )
-    for bad in ("local:0", "local:x", "dispatcher:5050", "grpc://host", "grpc://:5050"):
+    for bad in ("local:0", "local:x", "cluster:", "dispatcher:5050", "grpc://host", "grpc://:5050"):
         with pytest.raises(UserError, match=r"local:N .* grpc://HOST:PORT"):
             InputService.parse(bad)
 

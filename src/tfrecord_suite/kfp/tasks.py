@@ -318,6 +318,7 @@ def train_task(
     trainer_image: str = "",
     launcher: str = "",
     input_service: str = "",
+    data_service_image: str = "",
 ) -> None:
     """Train on the version ``dataset_ref`` names; fill the model, metrics and report artifacts.
 
@@ -331,6 +332,9 @@ def train_task(
     :class:`~tfrecord_suite.launch.placement.Placement`) says; its chief writes into a folder of
     the run under the dataset registry (the nodes cannot reach this pod's disk), and the export,
     metrics and report are then copied into ``model.path``.
+
+    ``input_service="cluster:N"`` first starts a tf.data service of N worker pods (on
+    ``data_service_image``) for the run, owned by this pod, and deletes it when training ends.
     """
     from tfrecord_suite.train.trainer import TrainConfig
 
@@ -349,22 +353,56 @@ def train_task(
         input_service=input_service,
     )
     where = _placement(placement, launcher)
-    if workers == 1 and not where.launch_job:
-        from tfrecord_suite.train.trainer import run_train
+    with _cluster_input_service(config, data_service_image, model.uri) as config:
+        if workers == 1 and not where.launch_job:
+            from tfrecord_suite.train.trainer import run_train
 
-        with _final_on_bad_input("train"):  # a bad feature config or model function
-            result = run_train(config)
-    else:
-        result = _train_in_job(
-            config,
-            workers,
-            where,
-            model.uri,
-            trainer_image,
-            keep_failed_tfjob,
-        )
-        _copy_model_outputs(result.model_dir, model.path)
+            with _final_on_bad_input("train"):  # a bad feature config or model function
+                result = run_train(config)
+        else:
+            result = _train_in_job(
+                config,
+                workers,
+                where,
+                model.uri,
+                trainer_image,
+                keep_failed_tfjob,
+            )
+            _copy_model_outputs(result.model_dir, model.path)
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
+
+
+@contextlib.contextmanager
+def _cluster_input_service(config: Any, image: str, fallback_key: str) -> Iterator[Any]:
+    """``config``, its ``cluster:N`` input service started as pods and named by its address.
+
+    The service is named after the run (``fallback_key`` where the pod does not know its run),
+    so a retried step adopts its own; it runs as the step's account, owned by the step's pod.
+    """
+    from tfrecord_suite.train.service import InputService
+
+    with _final_on_bad_input("train"):
+        wanted = InputService.parse(config.input_service)
+    if wanted is None or not wanted.cluster_workers:
+        yield config
+        return
+    from tfrecord_suite.launch.data_service import DataServiceLauncher
+    from tfrecord_suite.launch.job import job_name, kubernetes_client
+
+    pod = PodInfo.from_env()
+    run_key = pod.run_id or fallback_key
+    with _final_on_bad_input("train"):  # no Kubernetes API: a retry will not help
+        api = kubernetes_client()
+    with DataServiceLauncher(api).running(
+        f"{job_name(run_key)}-data",
+        wanted.cluster_workers,
+        image or images.COMPONENT_IMAGE,
+        run_id=run_key,
+        service_account=pod.service_account,
+        owner=pod.owner_reference(),
+    ) as address:
+        _LOG.info("training input through the run's tf.data service at %s", address)
+        yield dataclasses.replace(config, input_service=address)
 
 
 def _check_train_inputs(dataset_ref: str, dataset_digest: str, workers: int) -> None:

@@ -171,28 +171,37 @@ def run_worker(options: WorkerOptions) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class InputService:
-    """What ``--input-service`` asks for: a dispatcher to use, or N local workers to start."""
+    """What ``--input-service`` asks for: a dispatcher to use, or N workers to start.
+
+    Attributes:
+        address: ``grpc://HOST:PORT`` of a running dispatcher.
+        local_workers: ``local:N``: worker processes on this host, for the run.
+        cluster_workers: ``cluster:N``: worker pods the pipeline's train step creates beside
+            its trainers for the run (:mod:`tfrecord_suite.launch.data_service`).
+
+    """
 
     address: str = ""
     local_workers: int = 0
+    cluster_workers: int = 0
 
     @classmethod
     def parse(cls, spec: str) -> InputService | None:
-        """``""`` -> None, ``local:N`` or ``grpc://HOST:PORT``; a clear error otherwise."""
+        """``""`` -> None, ``local:N``, ``cluster:N`` or ``grpc://HOST:PORT``; else an error."""
         spec = spec.strip()
         if not spec:
             return None
-        if spec.startswith("local:"):
-            count = spec.split(":", 1)[1]
-            if count.isdigit() and int(count) >= 1:
-                return cls(local_workers=int(count))
-        elif spec.startswith("grpc://"):
+        kind, _, value = spec.partition(":")
+        if kind in ("local", "cluster") and value.isdigit() and int(value) >= 1:
+            return cls(**{f"{kind}_workers": int(value)})
+        if spec.startswith("grpc://"):
             host, _, port = spec[len("grpc://") :].rpartition(":")
             if host and port.isdigit():
                 return cls(address=spec)
         raise UserError(
-            f"--input-service {spec!r}: expected local:N (N >= 1 worker processes here) or "
-            "grpc://HOST:PORT (a running dispatcher)"
+            f"--input-service {spec!r}: expected local:N (N >= 1 worker processes here), "
+            "cluster:N (worker pods the pipeline's train step starts) or grpc://HOST:PORT (a "
+            "running dispatcher)"
         )
 
 

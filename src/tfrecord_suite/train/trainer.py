@@ -66,7 +66,8 @@ class TrainConfig:
         input_service: Read, parse and decode the training split on tf.data service workers:
             ``local:N`` starts a dispatcher and N worker processes on this host for the run;
             ``grpc://HOST:PORT`` uses a running dispatcher (``k8s/data-service`` runs one and
-            its workers beside the trainers). Empty: in this process. Evaluation reads here.
+            its workers); ``cluster:N`` (the pipeline's train step only) starts N worker pods
+            beside the trainers for the run. Empty: in this process. Evaluation reads here.
         input_service_stall_seconds: With an input service, end the run (exit 75, for the job
             to restart and resume) when no step completes for this long: a worker lost for good
             stalls the service forever.
@@ -497,6 +498,11 @@ def served_input(
     if wanted is None:
         yield "", None, {}
         return
+    if wanted.cluster_workers:
+        raise UserError(
+            f"--input-service {config.input_service}: worker pods are started by the pipeline's "
+            "train step; here use local:N, or grpc://HOST:PORT of k8s/data-service's dispatcher"
+        )
     info: dict[str, Any] = {"input_service": config.input_service}
     with contextlib.ExitStack() as stack:
         address, local = wanted.address, None

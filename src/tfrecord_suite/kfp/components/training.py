@@ -28,6 +28,7 @@ def train(
     trainer_image: str = "",
     launcher: str = "auto",
     input_service: str = "",
+    data_service_image: str = "",
 ):
     """Train a Keras model under tf.distribute on a dataset version; export a SavedModel.
 
@@ -61,8 +62,9 @@ def train(
             else TFJob), trainjob or tfjob.
         input_service: Read and decode the training data on tf.data service workers:
             grpc://HOST:PORT of a running dispatcher (k8s/data-service deploys one with its
-            workers), or local:N (N worker processes beside each trainer). Empty: in the
-            trainer.
+            workers), cluster:N (N worker pods this step starts for the run and deletes after),
+            or local:N (N worker processes beside each trainer). Empty: in the trainer.
+        data_service_image: Image of cluster:N's pods; empty: the suite's component image.
 
     Returns:
         model: The model folder: export/ (a SavedModel whose serving_default takes serialized
@@ -97,6 +99,7 @@ def train(
         trainer_image=trainer_image,
         launcher=launcher,
         input_service=input_service,
+        data_service_image=data_service_image,
     )
 
 

@@ -1,0 +1,162 @@
+"""A run's own tf.data service on Kubernetes (``--input-service cluster:N``), against the API
+server stand-in (tests/fakes/fakek8s.py): the objects the train step creates, that it waits for
+their pods, names the dispatcher to the trainers, adopts its own on a retry, refuses another
+run's, and deletes them whatever happens. The same objects run for real in podman
+(tests/e2e/test_images_real.py, through k8s/data-service, which they are generated into)."""
+
+import os
+
+import pytest
+
+from fakes.chief import write_chief_outputs
+from fakes.fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, train_step
+from tfrecord_suite import images
+from tfrecord_suite.errors import UserError
+from tfrecord_suite.launch.data_service import (
+    DataServiceLauncher,
+    dispatcher_address,
+    objects,
+    write_manifests,
+)
+from tfrecord_suite.launch.job import JobError, job_name
+from tfrecord_suite.train.trainer import TrainConfig, served_input
+
+K8S = os.path.join(os.path.dirname(__file__), "..", "..", "k8s")
+OWNER = {"apiVersion": "v1", "kind": "Pod", "name": "train-pod", "uid": "u-1"}
+SUCCESS = Scenario([("Succeeded", "")])
+
+
+def _launcher(k8s, **kw):
+    return DataServiceLauncher(k8s.api_client(), sleep=lambda s: None, **kw)
+
+
+def test_the_service_runs_while_training_and_is_deleted_after():
+    with FakeKubernetes(SUCCESS) as k8s:
+        with _launcher(k8s).running(
+            "tfrs-train-abc-data", 3, "reg/img:1", run_id="run-1", service_account="sa",
+            owner=OWNER, namespace="ml",
+        ) as address:  # fmt: skip
+            assert address == "grpc://tfrs-train-abc-data-dispatcher-0.tfrs-train-abc-data:5050"
+            kinds = {(o["kind"], o["metadata"]["name"]) for o in k8s.objects.values()}
+            assert kinds == {
+                ("Service", "tfrs-train-abc-data"),
+                ("StatefulSet", "tfrs-train-abc-data-dispatcher"),
+                ("StatefulSet", "tfrs-train-abc-data-worker"),
+            }
+        assert k8s.objects == {}
+        assert sorted(d[:3] for d in k8s.objects_deleted) == [
+            ("services", "ml", "tfrs-train-abc-data"),
+            ("statefulsets", "ml", "tfrs-train-abc-data-dispatcher"),
+            ("statefulsets", "ml", "tfrs-train-abc-data-worker"),
+        ]
+    for obj in k8s.objects_created:  # validated by the stand-in as V1Service / V1StatefulSet
+        assert obj["metadata"]["ownerReferences"] == [OWNER]
+        assert obj["metadata"]["labels"]["tfrecord-suite/run"] == "run-1"
+    workers = next(o for o in k8s.objects_created if o["metadata"]["name"].endswith("-worker"))
+    pod = workers["spec"]["template"]["spec"]
+    assert workers["spec"]["replicas"] == 3 and pod["serviceAccountName"] == "sa"
+    assert pod["containers"][0]["image"] == "reg/img:1"
+    dispatcher = next(
+        o for o in k8s.objects_created if o["metadata"]["name"].endswith("-dispatcher")
+    )
+    # a run's journal lives as long as its pod: a StatefulSet would leave a claim behind
+    assert "volumeClaimTemplates" not in dispatcher["spec"]
+    assert dispatcher["spec"]["template"]["spec"]["volumes"] == [
+        {"name": "journal", "emptyDir": {}}
+    ]
+
+
+def test_the_service_is_deleted_when_training_fails():
+    with FakeKubernetes(SUCCESS) as k8s:
+        running = _launcher(k8s).running("s", 1, "img", run_id="r", namespace="ml")
+        with pytest.raises(RuntimeError, match="boom"), running:
+            raise RuntimeError("boom")
+        assert k8s.objects == {} and len(k8s.objects_deleted) == 3
+
+
+def test_pods_that_never_get_ready_fail_the_step_and_leave_nothing():
+    with FakeKubernetes(SUCCESS) as k8s:
+        k8s.pods_ready = False
+        clock = iter(range(0, 10_000, 100))
+        launcher = _launcher(k8s, clock=lambda: next(clock), timeout_seconds=300)
+        with (
+            pytest.raises(JobError, match=r"not ready after 300 s: s-dispatcher 0/1, s-worker 0/2"),
+            launcher.running("s", 2, "img", run_id="r", namespace="ml"),
+        ):
+            pass
+        assert k8s.objects == {}
+
+
+def test_a_retried_step_adopts_its_own_service_but_not_another_runs():
+    with FakeKubernetes(SUCCESS) as k8s:
+        for body in objects("s", 1, "img", labels={"tfrecord-suite/run": "run-1"}):
+            k8s.objects[({"Service": "services"}.get(body["kind"], "statefulsets"), "ml",
+                         body["metadata"]["name"])] = body  # fmt: skip
+        with _launcher(k8s).running("s", 1, "img", run_id="run-1", namespace="ml") as address:
+            assert address == dispatcher_address("s")
+            assert k8s.objects_created == []  # adopted, not created again
+        for body in objects("s", 1, "img", labels={"tfrecord-suite/run": "run-1"}):
+            k8s.objects[({"Service": "services"}.get(body["kind"], "statefulsets"), "ml",
+                         body["metadata"]["name"])] = body  # fmt: skip
+        with (
+            pytest.raises(
+                JobError, match=r"Service ml/s already exists and belongs to another run"
+            ),
+            _launcher(k8s).running("s", 1, "img", run_id="run-2", namespace="ml"),
+        ):
+            pass
+
+
+def test_train_step_gives_the_job_nodes_its_runs_service(tmp_path, monkeypatch):
+    """cluster:2 in the train step: the service is started for the run before the job, each
+    node reads through its dispatcher (--input-service grpc://...), and both are gone after."""
+    registry = str(tmp_path / "reg")
+    shared = os.path.join(registry, "_runs", job_name("run-7"), "model")
+    write_chief_outputs(shared, replicas=2, accuracy=0.8, per_second=10.0)
+    with FakeKubernetes(Scenario([("Running", ""), ("Succeeded", "")]), serves=("tfjobs",)) as k8s:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
+        monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
+        train_step(
+            f"{registry}/digits@1.0.0",
+            tmp_path,
+            model=Artifact("minio://b/run-7/model", path=str(tmp_path / "model")),
+            workers=2,
+            run_id="run-7",
+            pod_name="train-pod",
+            pod_uid="u-1",
+            service_account="default-editor",
+            input_service="cluster:2",
+        )
+        (job,) = k8s.created
+        assert k8s.objects == {}  # deleted after the job
+    name = f"{job_name('run-7')}-data"
+    args = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--input-service") + 1] == dispatcher_address(name)
+    created = {o["metadata"]["name"]: o for o in k8s.objects_created}
+    assert set(created) == {name, f"{name}-dispatcher", f"{name}-worker"}
+    worker = created[f"{name}-worker"]
+    assert worker["spec"]["replicas"] == 2
+    assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "default-editor"
+    assert worker["spec"]["template"]["spec"]["containers"][0]["image"] == images.COMPONENT_IMAGE
+    assert worker["metadata"]["ownerReferences"][0]["name"] == "train-pod"
+
+
+def test_cluster_workers_outside_the_pipeline_say_what_to_use(tmp_path):
+    config = TrainConfig(
+        dataset=f"{tmp_path}/r/d@1", model_dir=str(tmp_path), input_service="cluster:2"
+    )
+    with (
+        pytest.raises(UserError, match="worker pods are started by the pipeline's train step"),
+        served_input(config),
+    ):
+        pass
+
+
+def test_k8s_data_service_is_what_the_launcher_makes():
+    """k8s/data-service holds these objects for a long-lived service, generated, not edited."""
+    folder = os.path.join(K8S, "data-service")
+    import yaml
+
+    with open(os.path.join(folder, "workers.yaml")) as fh:
+        replicas = next(d for d in yaml.safe_load_all(fh) if d)["spec"]["replicas"]
+    assert write_manifests(folder, "tfrs-data", replicas, images.COMPONENT_IMAGE, check=True) == []
