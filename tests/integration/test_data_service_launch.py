@@ -7,11 +7,12 @@ run's, and deletes them whatever happens. The same objects run for real in podma
 import os
 
 import pytest
+from support import write_csv
 
 from fakes.chief import write_chief_outputs
 from fakes.fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, train_step
 from tfrecord_suite import images
-from tfrecord_suite.errors import UserError
+from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.launch.data_service import (
     DataServiceLauncher,
     dispatcher_address,
@@ -19,6 +20,8 @@ from tfrecord_suite.launch.data_service import (
     write_manifests,
 )
 from tfrecord_suite.launch.job import JobError, job_name
+from tfrecord_suite.registry.datasets import Registry
+from tfrecord_suite.shard.step import ShardConfig, run_shard
 from tfrecord_suite.train.trainer import TrainConfig, served_input
 
 K8S = os.path.join(os.path.dirname(__file__), "..", "..", "k8s")
@@ -107,17 +110,29 @@ def test_a_retried_step_adopts_its_own_service_but_not_another_runs():
             pass
 
 
-def test_train_step_gives_the_job_nodes_its_runs_service(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def four_files(tmp_path_factory):
+    """A version of 4 train shard files in a registry of its own."""
+    base = tmp_path_factory.mktemp("four")
+    csv = write_csv(str(base / "rows.csv"), ["x", "label"], [[i, "ab"[i % 2]] for i in range(400)])
+    staged = str(base / "staged")
+    run_shard(ShardConfig(input=csv, output=staged, label="label", num_shards=4,
+                          splits="train=100"))  # fmt: skip
+    registry = Registry(str(base / "reg"))
+    return f"{registry.root}/rows@{registry.publish(staged, 'rows').version}"
+
+
+def test_train_step_gives_the_job_nodes_its_runs_service(four_files, tmp_path, monkeypatch):
     """cluster:2 in the train step: the service is started for the run before the job, each
     node reads through its dispatcher (--input-service grpc://...), and both are gone after."""
-    registry = str(tmp_path / "reg")
+    registry = four_files.rsplit("/", 1)[0]
     shared = os.path.join(registry, "_runs", job_name("run-7"), "model")
     write_chief_outputs(shared, replicas=2, accuracy=0.8, per_second=10.0)
     with FakeKubernetes(Scenario([("Running", ""), ("Succeeded", "")]), serves=("tfjobs",)) as k8s:
         monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
         monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
         train_step(
-            f"{registry}/digits@1.0.0",
+            four_files,
             tmp_path,
             model=Artifact("minio://b/run-7/model", path=str(tmp_path / "model")),
             workers=2,
@@ -139,6 +154,18 @@ def test_train_step_gives_the_job_nodes_its_runs_service(tmp_path, monkeypatch):
     assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "default-editor"
     assert worker["spec"]["template"]["spec"]["containers"][0]["image"] == images.COMPONENT_IMAGE
     assert worker["metadata"]["ownerReferences"][0]["name"] == "train-pod"
+
+
+def test_too_few_files_for_the_workers_is_refused_before_anything_starts(
+    four_files, tmp_path, monkeypatch
+):
+    with FakeKubernetes(SUCCESS) as k8s:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
+        with pytest.raises(
+            RetryWillNotHelp, match=r"4 shard files for 2 input pipeline\(s\) and 3"
+        ):
+            train_step(four_files, tmp_path, workers=2, input_service="cluster:3")
+        assert k8s.requests == []
 
 
 def test_cluster_workers_outside_the_pipeline_say_what_to_use(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.train.reader import ReaderConfig
-from tfrecord_suite.train.service import InputService, StallWatchdog
+from tfrecord_suite.train.service import InputService, StallWatchdog, check_files_per_worker
 from tfrecord_suite.train.trainer import TrainConfig
 
 
@@ -46,3 +46,15 @@ def test_watchdog_ends_a_stalled_process_with_its_exit_code():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == StallWatchdog.EXIT_CODE
     assert "no training step for 0.5 s" in proc.stderr
+
+
+def test_workers_must_not_outnumber_an_input_pipelines_files():
+    check_files_per_worker(None, 1)
+    check_files_per_worker(InputService(address="grpc://d:5050"), 1)  # count unknown: the service
+    check_files_per_worker(InputService(local_workers=2), 4, pipelines=2)
+    with pytest.raises(
+        UserError, match=r"1 shard files for 1 input pipeline\(s\) and 2 .* least 2"
+    ):
+        check_files_per_worker(InputService(local_workers=2), 1)
+    with pytest.raises(UserError, match="at least 6 files"):
+        check_files_per_worker(InputService(cluster_workers=3), 5, pipelines=2)

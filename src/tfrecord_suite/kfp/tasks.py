@@ -353,7 +353,7 @@ def train_task(
         input_service=input_service,
     )
     where = _placement(placement, launcher)
-    with _cluster_input_service(config, data_service_image, model.uri) as config:
+    with _cluster_input_service(config, data_service_image, model.uri, workers) as config:
         if workers == 1 and not where.launch_job:
             from tfrecord_suite.train.trainer import run_train
 
@@ -373,7 +373,9 @@ def train_task(
 
 
 @contextlib.contextmanager
-def _cluster_input_service(config: Any, image: str, fallback_key: str) -> Iterator[Any]:
+def _cluster_input_service(
+    config: Any, image: str, fallback_key: str, workers: int
+) -> Iterator[Any]:
     """``config``, its ``cluster:N`` input service started as pods and named by its address.
 
     The service is named after the run (``fallback_key`` where the pod does not know its run),
@@ -388,6 +390,13 @@ def _cluster_input_service(config: Any, image: str, fallback_key: str) -> Iterat
         return
     from tfrecord_suite.launch.data_service import DataServiceLauncher
     from tfrecord_suite.launch.job import job_name, kubernetes_client
+    from tfrecord_suite.registry.datasets import resolve_dataset
+    from tfrecord_suite.train.service import check_files_per_worker
+
+    with _final_on_bad_input("train"):
+        manifest, _ = resolve_dataset(config.dataset)
+        train_files = sum(1 for s in manifest.shards if s["split"] == "train")
+        check_files_per_worker(wanted, train_files, workers)
 
     pod = PodInfo.from_env()
     run_key = pod.run_id or fallback_key

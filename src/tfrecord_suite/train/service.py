@@ -205,6 +205,21 @@ class InputService:
         )
 
 
+def check_files_per_worker(spec: InputService | None, files: int, pipelines: int = 1) -> None:
+    """Refuse a service whose workers would outnumber an input pipeline's files.
+
+    The static sharding gives each worker whole files; with fewer files than workers the
+    service fails the first step. ``pipelines``: the training nodes reading (each its share).
+    """
+    workers = spec.local_workers or spec.cluster_workers if spec else 0
+    if workers and files // max(1, pipelines) < workers:
+        raise UserError(
+            f"the training split has {files} shard files for {pipelines} input pipeline(s) "
+            f"and {workers} tf.data service workers, who read whole files: shard it into at "
+            f"least {workers * max(1, pipelines)} files (--num-shards), or use fewer workers"
+        )
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 now."""
     with socket.socket() as sock:

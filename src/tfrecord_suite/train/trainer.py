@@ -28,7 +28,12 @@ from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
 from tfrecord_suite.train.metrics import METRICS_FILE, TrainMetrics
 from tfrecord_suite.train.reader import FeatureDecoder, ImageFeed, ReaderConfig, make_dataset
-from tfrecord_suite.train.service import InputService, LocalDataService, StallWatchdog
+from tfrecord_suite.train.service import (
+    InputService,
+    LocalDataService,
+    StallWatchdog,
+    check_files_per_worker,
+)
 
 _LOG = logging.getLogger(__name__)
 EXPORT_DIR = "export"
@@ -465,6 +470,11 @@ def _fit(
     val_split = "validation" if data.records("validation") else None
     timer = _EpochTimer()
     callbacks = _callbacks(config, data.strategy, model_dir, chief, timer)
+    check_files_per_worker(
+        InputService.parse(config.input_service),
+        len(data.files["train"]),
+        strategy_lib.cluster_workers() or 1,
+    )
     with served_input(config) as (address, watchdog, service_info):
         if watchdog is not None:
             callbacks.append(watchdog.callback())
