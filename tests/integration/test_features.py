@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from click.testing import CliRunner
+from support import served_probabilities
 
 from tfrecord_suite.schema import Feature, Schema
 from tfrecord_suite.train import features as F
@@ -266,13 +267,7 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
     trained = keras.saving.load_model(os.path.join(model_dir, "model.keras"))
     in_training = np.concatenate([trained.predict_on_batch(x) for x, _ in ds])
     # the serving path: raw serialized examples -> the exported signature
-    serve = tf.saved_model.load(metrics.export_dir).signatures["serving_default"]
-    served = np.concatenate(
-        [
-            serve(examples=b)["probabilities"].numpy()
-            for b in tf.data.TFRecordDataset(files).batch(64)
-        ]
-    )
+    served = served_probabilities(metrics.export_dir, files, 64)
     assert in_training.shape == served.shape == (manifest.splits["test"]["records"], 3)
     np.testing.assert_allclose(in_training, served, rtol=1e-5, atol=1e-6)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
+from support import served_probabilities
 
 from tfrecord_suite import demo_data
 from tfrecord_suite.registry.datasets import Registry, shard_uris
@@ -295,13 +296,7 @@ def test_training_with_a_crop_on_jpegs_serves_what_evaluation_computes(
     )
     trained = keras.saving.load_model(os.path.join(model_dir, "model.keras"))
     in_eval = np.concatenate([trained.predict_on_batch(x) for x, _ in ds])
-    serve = tf.saved_model.load(metrics.export_dir).signatures["serving_default"]
-    served = np.concatenate(
-        [
-            serve(examples=b)["probabilities"].numpy()
-            for b in tf.data.TFRecordDataset(files).batch(16)
-        ]
-    )
+    served = served_probabilities(metrics.export_dir, files, 16)
     assert in_eval.shape == served.shape == (manifest.splits["test"]["records"], 2)
     np.testing.assert_allclose(in_eval, served, rtol=1e-5, atol=1e-6)
     assert abs(metrics.serving_check["accuracy"] - metrics.evaluation["test"]["accuracy"]) < 0.1

@@ -358,19 +358,10 @@ def generated(root: str = COMPONENTS_DIR) -> dict[str, str]:
 
 def write(root: str = COMPONENTS_DIR, check: bool = False) -> list[str]:
     """Write the generated files (or, with ``check``, only compare); return those that differ."""
-    stale = []
-    for rel, text in generated(root).items():
-        path = os.path.join(root, rel)
-        current = None
-        if os.path.exists(path):
-            with open(path) as fh:
-                current = fh.read()
-        if current != text:
-            stale.append(path)
-            if not check:
-                with open(path, "w") as fh:
-                    fh.write(text)
-    return stale
+    from tfrecord_suite.io.generated import write_generated
+
+    files = {os.path.join(root, rel): text for rel, text in generated(root).items()}
+    return write_generated(files, check)
 
 
 def release_files(output: str, images: ImageSet) -> list[str]:

@@ -338,17 +338,7 @@ def write_manifests(folder: str, name: str, workers: int, image: str, check: boo
     """
     import os
 
-    changed = []
-    for file_name, text in manifest_texts(name, workers, image).items():
-        path = os.path.join(folder, file_name)
-        old = None
-        if os.path.exists(path):
-            with open(path) as fh:
-                old = fh.read()
-        if old != text:
-            changed.append(path)
-            if not check:
-                os.makedirs(folder, exist_ok=True)
-                with open(path, "w") as fh:
-                    fh.write(text)
-    return changed
+    from tfrecord_suite.io.generated import write_generated
+
+    texts = manifest_texts(name, workers, image)
+    return write_generated({os.path.join(folder, f): t for f, t in texts.items()}, check)
