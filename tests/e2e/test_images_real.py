@@ -367,6 +367,7 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path)
     podman("network", "create", "--subnet", f"{subnet}.0/24", network)
     common = ["--network", network, *hosts, "-v", f"{data}:{data}:ro"]
     names = {pod: f"{network}-{pod}" for pod in pods}
+    probes = []
     try:
         for pod, (sts, ip) in pods.items():
             (container,) = docs[sts]["spec"]["template"]["spec"]["containers"]
@@ -379,6 +380,16 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path)
             podman("run", "-d", "--name", names[pod], "--ip", ip, "--user", "10001:10001",
                    *common, *mounts, "-e", "HOME=/tmp", component_image,
                    *container["command"], *args)  # fmt: skip
+            probes.append((pod, container["readinessProbe"]["exec"]["command"]))
+        # what the kubelet's readiness probes gate (a worker is ready once registered): a
+        # one-pass read started before could end without a late worker's share
+        for pod, probe in probes:
+            for _ in range(600):
+                if podman("exec", names[pod], *probe, check=False).returncode == 0:
+                    break
+                time.sleep(0.5)
+            else:
+                pytest.fail(f"{pod} never got ready: {podman('logs', names[pod]).stderr[-2000:]}")
         reader = (
             "import json, sys\n"
             "from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split\n"

@@ -30,6 +30,7 @@ from tfrecord_suite.train.service import DISPATCHER_PORT, WORKER_PORT
 _NAME_LABEL = "app.kubernetes.io/name"
 _COMPONENT_LABEL = "app.kubernetes.io/component"
 JOURNAL = "/journal"
+READY_FILE = "/tmp/tfrs-data-service.ready"
 #: What one worker asks for: it reads, parses and decodes, so CPU is what it is for.
 WORKER_REQUESTS = {"cpu": "4", "memory": "8Gi"}
 DISPATCHER_REQUESTS = {"cpu": "1", "memory": "2Gi"}
@@ -98,10 +99,15 @@ def objects(
             "image": image,
             # the image has no entrypoint (Kubeflow gives every step its whole command)
             "command": ["tfrecord-suite"],
-            "args": ["data-service", component, *args],
+            "args": ["data-service", component, *args, f"--ready-file={READY_FILE}"],
             "env": [*extra.pop("env", []), {"name": "HOME", "value": "/tmp"}],
             "ports": [{"containerPort": port, "name": component}],
-            "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 5},
+            # the file appears once the server serves (a worker: once it has registered; its
+            # port opens a moment earlier)
+            "readinessProbe": {
+                "exec": {"command": ["test", "-e", READY_FILE]},
+                "periodSeconds": 2,
+            },
             "resources": {
                 "requests": dict(
                     DISPATCHER_REQUESTS if component == "dispatcher" else WORKER_REQUESTS

@@ -22,6 +22,7 @@ SIGTERM (no destructor, 0.06 s).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -57,6 +58,7 @@ class DispatcherOptions:
             itself: the static sharding the reader uses deals files out by this list, and a
             worker at any other address is refused.
         worker_timeout_ms: A worker silent this long is declared lost.
+        ready_file: Created once it serves (what a readiness probe checks); empty: none.
 
     """
 
@@ -64,6 +66,7 @@ class DispatcherOptions:
     work_dir: str = ""
     worker_addresses: str = ""
     worker_timeout_ms: int = 10_000
+    ready_file: str = ""
 
 
 @dataclasses.dataclass
@@ -78,6 +81,8 @@ class WorkerOptions:
             ``127.0.0.1:<port>``.
         dispatcher_wait_seconds: How long it waits for the dispatcher to accept connections
             before it gives up (exit 2).
+        ready_file: Created once it has registered with the dispatcher (what a readiness
+            probe checks: its port opens a moment earlier); empty: none.
 
     """
 
@@ -85,10 +90,14 @@ class WorkerOptions:
     port: int = WORKER_PORT
     address: str = ""
     dispatcher_wait_seconds: float = 600.0
+    ready_file: str = ""
 
 
-def _serve_until_signalled(what: str, make_server: Any) -> None:
-    """Construct a started server, then wait for SIGTERM/SIGINT and leave with ``os._exit``."""
+def _serve_until_signalled(what: str, make_server: Any, ready_file: str = "") -> None:
+    """Construct a started server, then wait for SIGTERM/SIGINT and leave with ``os._exit``.
+
+    ``ready_file`` is created once the constructor returned (a worker's has registered).
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     stop = threading.Event()
     try:
@@ -100,6 +109,9 @@ def _serve_until_signalled(what: str, make_server: Any) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     _LOG.info("tf.data service %s serving (%s)", what, type(server).__name__)
     print(f"ready: tf.data service {what}", file=sys.stderr, flush=True)
+    if ready_file:
+        with open(ready_file, "w") as fh:
+            fh.write(f"{os.getpid()}\n")
     stop.wait()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -124,6 +136,7 @@ def run_dispatcher(options: DispatcherOptions) -> None:
     _serve_until_signalled(
         f"dispatcher on port {options.port}",
         lambda: service.DispatchServer(service.DispatcherConfig(**kwargs), start=True),
+        options.ready_file,
     )
 
 
@@ -165,7 +178,9 @@ def run_worker(options: WorkerOptions) -> None:
         protocol="grpc",
     )
     _serve_until_signalled(
-        f"worker on port {options.port}", lambda: service.WorkerServer(config, start=True)
+        f"worker on port {options.port}",
+        lambda: service.WorkerServer(config, start=True),
+        options.ready_file,
     )
 
 
@@ -269,14 +284,22 @@ class LocalDataService:
                 preexec_fn=_die_with_parent,
             )
 
+    def _ready_file(self, name: str) -> str:
+        return os.path.join(self.work_dir, f"{name}.ready")
+
     def _start_worker(self, index: int) -> None:
         port = str(self.worker_ports[index])
-        self._procs[f"worker-{index}"] = self._spawn(
+        name = f"worker-{index}"
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self._ready_file(name))
+        self._procs[name] = self._spawn(
             "worker",
             "--dispatcher",
             f"{LOCAL_HOST}:{self.dispatcher_port}",
             "--address",
             self.worker_address(index),
+            "--ready-file",
+            self._ready_file(name),
             "--port",
             port,
         )
@@ -291,15 +314,19 @@ class LocalDataService:
             os.path.join(self.work_dir, "journal"),
             "--worker-addresses",
             addresses,
+            "--ready-file",
+            self._ready_file("dispatcher"),
             "--port",
             str(self.dispatcher_port),
         )
         for index in range(self.workers):
             self._start_worker(index)
         deadline = time.monotonic() + timeout
-        for name, port in [("dispatcher", self.dispatcher_port), *self._named_worker_ports()]:
-            # a worker's port opens once it has registered with the dispatcher
-            while not wait_for_port(LOCAL_HOST, port, 1.0):
+        for name in ["dispatcher", *(f"worker-{i}" for i in range(self.workers))]:
+            # a worker's file appears once it has registered: a one-pass read started before
+            # could end without its share
+            while not os.path.exists(self._ready_file(name)):
+                time.sleep(0.1)
                 proc = self._procs[name]
                 if proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
@@ -316,9 +343,6 @@ class LocalDataService:
             self.work_dir,
         )
         return self
-
-    def _named_worker_ports(self) -> list[tuple[str, int]]:
-        return [(f"worker-{i}", port) for i, port in enumerate(self.worker_ports)]
 
     def _supervise(self) -> None:
         while not self._stopping.wait(0.5):
