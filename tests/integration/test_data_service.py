@@ -90,3 +90,62 @@ def test_train_step_trains_through_local_workers(numbered, tmp_path):
         "worker_restarts": 0,
     }
     assert len(metrics.history["loss"]) == 2 and metrics.evaluation["test"]["accuracy"] > 0
+
+
+@pytest.mark.slow
+def test_two_trainer_processes_read_through_one_shared_service(published_digits, tmp_path):
+    """MultiWorkerMirroredStrategy with two trainer processes (TF_CONFIG on 127.0.0.1), both
+    reading through one service of two workers, as trainers on several hosts would read through
+    k8s/data-service: each input pipeline's own job over its own files, and they agree."""
+    import json
+    import subprocess
+    import sys
+
+    from support import free_port
+
+    ports = [free_port(), free_port()]
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    with LocalDataService(workers=2) as service:
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tfrecord_suite.cli",
+                    "train",
+                    "--dataset",
+                    published_digits["ref"],
+                    "--model-dir",
+                    str(tmp_path / "model"),
+                    "--epochs",
+                    "2",
+                    "--batch-size",
+                    "16",
+                    "--strategy",
+                    "multi_worker",
+                    "--probe-steps",
+                    "0",
+                    "--input-service",
+                    service.address,
+                    "--json",
+                ],
+                env={
+                    **os.environ,
+                    "TF_CONFIG": json.dumps(
+                        {"cluster": cluster, "task": {"type": "worker", "index": i}}
+                    ),
+                },
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        outs = []
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, stderr[-3000:]
+            outs.append(json.loads(stdout))
+        assert service.restarts == 0
+    assert outs[0]["replicas"] == 2 and outs[0]["weights_digest"] == outs[1]["weights_digest"]
+    assert outs[0]["input"]["service"] == {"input_service": service.address}
