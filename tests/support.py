@@ -64,3 +64,43 @@ def served_probabilities(export_dir: str, files: list[str], batch: int) -> np.nd
             for b in tf.data.TFRecordDataset(files).batch(batch)
         ]
     )
+
+
+def multi_worker_train(args: list[str], workers: int = 2, timeout: float = 600) -> list[dict]:
+    """``tfrecord-suite train ARGS --strategy multi_worker --json`` as ``workers`` processes
+    forming one MultiWorkerMirroredStrategy cluster on 127.0.0.1 (``TF_CONFIG``); each one's
+    JSON summary, after all succeeded."""
+    import json
+    import sys
+
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(workers)]}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tfrecord_suite.cli",
+                "train",
+                *args,
+                "--strategy",
+                "multi_worker",
+                "--json",
+            ],
+            env={
+                **os.environ,
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": i}}
+                ),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(workers)
+    ]
+    outs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, stderr[-3000:]
+        outs.append(json.loads(stdout))
+    return outs

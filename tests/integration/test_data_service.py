@@ -10,7 +10,7 @@ import os
 import signal
 
 import pytest
-from support import write_csv
+from support import multi_worker_train, write_csv
 
 from tfrecord_suite.registry.datasets import Registry
 from tfrecord_suite.shard.step import ShardConfig, run_shard
@@ -97,55 +97,12 @@ def test_two_trainer_processes_read_through_one_shared_service(published_digits,
     """MultiWorkerMirroredStrategy with two trainer processes (TF_CONFIG on 127.0.0.1), both
     reading through one service of two workers, as trainers on several hosts would read through
     k8s/data-service: each input pipeline's own job over its own files, and they agree."""
-    import json
-    import subprocess
-    import sys
-
-    from support import free_port
-
-    ports = [free_port(), free_port()]
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     with LocalDataService(workers=2) as service:
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tfrecord_suite.cli",
-                    "train",
-                    "--dataset",
-                    published_digits["ref"],
-                    "--model-dir",
-                    str(tmp_path / "model"),
-                    "--epochs",
-                    "2",
-                    "--batch-size",
-                    "16",
-                    "--strategy",
-                    "multi_worker",
-                    "--probe-steps",
-                    "0",
-                    "--input-service",
-                    service.address,
-                    "--json",
-                ],
-                env={
-                    **os.environ,
-                    "TF_CONFIG": json.dumps(
-                        {"cluster": cluster, "task": {"type": "worker", "index": i}}
-                    ),
-                },
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i in range(2)
-        ]
-        outs = []
-        for proc in procs:
-            stdout, stderr = proc.communicate(timeout=600)
-            assert proc.returncode == 0, stderr[-3000:]
-            outs.append(json.loads(stdout))
+        outs = multi_worker_train(
+            ["--dataset", published_digits["ref"], "--model-dir", str(tmp_path / "model"),
+             "--epochs", "2", "--batch-size", "16", "--probe-steps", "0",
+             "--input-service", service.address]
+        )  # fmt: skip
         assert service.restarts == 0
     assert outs[0]["replicas"] == 2 and outs[0]["weights_digest"] == outs[1]["weights_digest"]
     assert outs[0]["input"]["service"] == {"input_service": service.address}

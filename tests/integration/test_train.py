@@ -5,12 +5,12 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from support import multi_worker_train
 
 from tfrecord_suite.registry.datasets import shard_uri
 from tfrecord_suite.train.reader import ReaderConfig
@@ -121,54 +121,13 @@ def test_mirrored_strategy_over_two_logical_cpus(published_digits, tmp_path):
     assert m["global_batch_size"] == 32
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @pytest.mark.slow
 def test_multi_worker_two_processes_agree_on_weights(published_digits, tmp_path):
-    ports = _free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
-    for i in range(2):
-        env = dict(
-            os.environ,
-            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
-        )
-        procs.append(
-            subprocess.Popen(
-                [
-                    *CLI,
-                    "train",
-                    "--dataset",
-                    published_digits["ref"],
-                    "--model-dir",
-                    str(tmp_path / "model"),
-                    "--epochs",
-                    "2",
-                    "--batch-size",
-                    "16",
-                    "--json",
-                    "--strategy",
-                    "multi_worker",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-        )
-    outs = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=400)
-        assert p.returncode == 0, stderr[-3000:]
-        outs.append(json.loads(stdout))
+    outs = multi_worker_train(
+        ["--dataset", published_digits["ref"], "--model-dir", str(tmp_path / "model"),
+         "--epochs", "2", "--batch-size", "16"],
+        timeout=400,
+    )  # fmt: skip
     assert [o["strategy"] for o in outs] == ["CollectiveAllReduceStrategy"] * 2  # = MWMS
     assert outs[0]["replicas"] == 2
     assert outs[0]["weights_digest"] == outs[1]["weights_digest"]
