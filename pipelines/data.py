@@ -45,6 +45,9 @@ def build_pipeline(placement: Placement | None = None, deployment: Deployment | 
         gzip: bool = ShardConfig.gzip,
         max_bad_fraction: float = ShardConfig.max_bad_fraction,
         beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
+        image_size: str = "",
+        image_aspect: str = ShardConfig.image_aspect,
+        image_quality: int = ShardConfig.image_quality,
         bump: str = "auto",
         publish_mode: str = "new",
     ) -> Outputs:

@@ -34,6 +34,10 @@ PARAMETERS = {
     "gzip": "Compress the shards.",
     "max_bad_fraction": "Fail the shard step above this share of bad rows.",
     "beam_args": 'Extra Beam pipeline options, e.g. ["--runner=DataflowRunner", ...].',
+    "image_size": "HEIGHTxWIDTH images are resized to while sharding (e.g. 224x224); empty: "
+    "stored as they are.",
+    "image_aspect": "With image_size: stretch, or crop (keep the aspect ratio, central window).",
+    "image_quality": "JPEG quality of the JPEG images image_size re-encodes.",
     "bump": "auto, major, minor or patch.",
     "publish_mode": "new (a version of exactly this input) or append (the latest version's "
     "shards, referenced, plus this input's: a daily run adds its day).",
@@ -84,7 +88,8 @@ def described(summary: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
 
 #: The pipeline parameters each stage takes, by the name its step's input has.
 SHARD_INPUTS = ("input_format", "label", "key_column", "splits", "num_shards", "target_shard_mb",
-                "readers", "workers", "gzip", "max_bad_fraction", "beam_args")  # fmt: skip
+                "readers", "workers", "gzip", "max_bad_fraction", "beam_args", "image_size",
+                "image_aspect", "image_quality")  # fmt: skip
 TRAIN_INPUTS = ("strategy", "cpu_devices", "epochs", "batch_size", "learning_rate", "model_fn",
                 "feature_config", "workers", "keep_failed_tfjob", "launcher",
                 "input_service")  # fmt: skip

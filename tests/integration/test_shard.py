@@ -422,3 +422,28 @@ def test_every_kind_of_bad_record_in_the_middle_of_a_large_file(tmp_path, monkey
         run_shard(
             ShardConfig(input=str(folder), output=strict, label="label", max_bad_fraction=0.001)
         )
+
+
+def test_the_shard_step_resizes_images_when_the_pipeline_asks(tmp_path, digits_dir):
+    """The kfp shard step's image options reach the shard step (the pipelines' image_size)."""
+    from fakes.fakek8s import Artifact
+    from tfrecord_suite.errors import RetryWillNotHelp
+    from tfrecord_suite.kfp import tasks
+
+    def shard(size):
+        staged = Artifact("s", path=str(tmp_path / f"staged-{size}"))
+        tasks.shard_task(
+            input_uri=digits_dir, registry_root=str(tmp_path / "reg"), dataset_name="digits",
+            fingerprint="", input_format="auto", label="", key_column="",
+            splits="train=80,validation=10,test=10", num_shards=0, target_shard_mb=128.0,
+            readers=1, workers=1, gzip=False, max_bad_fraction=0.0, beam_args=[],
+            image_size=size, image_aspect="crop", staged=staged,
+            summary=Artifact("m", path=str(tmp_path / f"summary-{size}.md")),
+        )  # fmt: skip
+        return json.loads((tmp_path / f"staged-{size}" / "summary.json").read_text())
+
+    stats = shard("4x6")["statistics"]["train"]["features"]
+    assert (stats["image_height"]["min"], stats["image_height"]["max"]) == (4, 4)
+    assert (stats["image_width"]["min"], stats["image_width"]["max"]) == (6, 6)
+    with pytest.raises(RetryWillNotHelp, match="'4by6' is not HEIGHTxWIDTH"):
+        shard("4by6")

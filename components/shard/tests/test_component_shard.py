@@ -19,6 +19,10 @@ def test_defaults_are_the_shard_configs():
         ShardConfig.format, ShardConfig.splits, ShardConfig.target_shard_mb, ShardConfig.readers,
         ShardConfig.workers, ShardConfig.gzip, ShardConfig.max_bad_fraction,
     )  # fmt: skip
+    assert (d["image_size"], d["image_aspect"], d["image_quality"]) == (
+        "", ShardConfig.image_aspect, ShardConfig.image_quality,
+    )  # fmt: skip
+    assert ShardConfig.image_size is None  # "" in the component: stored as they are
 
 
 @pytest.mark.e2e

@@ -48,12 +48,15 @@ class _Size(click.ParamType):
     name = "HxW"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, int]:
+        from tfrecord_suite.errors import UserError
+        from tfrecord_suite.shard.convert import parse_size
+
         if isinstance(value, tuple):
             return value
-        m = re.fullmatch(r"(\d+)[xX](\d+)", str(value))
-        if not m or int(m[1]) < 1 or int(m[2]) < 1:
-            self.fail(f"{value!r} is not HEIGHTxWIDTH, e.g. 224x224", param, ctx)
-        return int(m[1]), int(m[2])
+        try:
+            return parse_size(str(value))
+        except UserError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:

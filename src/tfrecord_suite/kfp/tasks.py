@@ -123,6 +123,9 @@ def shard_task(
     beam_args: Sequence[str],
     staged: Any,
     summary: Any,
+    image_size: str = "",
+    image_aspect: str = "stretch",
+    image_quality: int = 90,
 ) -> None:
     """Shard ``input_uri`` into a staging folder under ``registry_root``; describe it.
 
@@ -133,6 +136,7 @@ def shard_task(
     data; the step re-checks it so data that changed in between is caught, not sharded silently.
     The pipeline run (:class:`~tfrecord_suite.podinfo.PodInfo`) only names the staging folder.
     """
+    from tfrecord_suite.shard.convert import parse_size
     from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
     from tfrecord_suite.shard.summary import SUMMARY_FILE
 
@@ -161,6 +165,9 @@ def shard_task(
                 max_bad_fraction=max_bad_fraction,
                 overwrite=True,
                 beam_args=list(beam_args),
+                image_size=parse_size(image_size) if image_size else None,
+                image_aspect=image_aspect,
+                image_quality=image_quality,
             )
         )
     for name in (SUMMARY_FILE, "schema.json"):

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import operator
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -270,6 +271,14 @@ class RowConverter:
             "filename": row.file.rsplit("/", 1)[-1],
         }
         return self._finish(typed, data)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"HEIGHTxWIDTH"`` -> ``(height, width)``; a :class:`UserError` naming the text otherwise."""
+    m = re.fullmatch(r"(\d+)[xX](\d+)", text.strip())
+    if not m or int(m[1]) < 1 or int(m[2]) < 1:
+        raise UserError(f"{text!r} is not HEIGHTxWIDTH, e.g. 224x224")
+    return int(m[1]), int(m[2])
 
 
 def resize_image(img: Any, size: tuple[int, int], aspect: str = "stretch") -> Any:

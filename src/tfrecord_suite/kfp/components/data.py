@@ -50,6 +50,9 @@ def shard(
     gzip: bool = False,
     max_bad_fraction: float = 0.01,
     beam_args: list = [],  # noqa: B006 - kfp takes the default from the signature
+    image_size: str = "",
+    image_aspect: str = "stretch",
+    image_quality: int = 90,
 ):
     """Shard raw rows into tf.train.Example TFRecord files with Apache Beam, on any runner.
 
@@ -78,6 +81,11 @@ def shard(
         max_bad_fraction: Fail the step when more than this share of the rows is bad.
         beam_args: Extra Beam pipeline options, e.g. ["--runner=DataflowRunner",
             "--project=p", "--region=r", "--temp_location=gs://b/tmp"].
+        image_size: HEIGHTxWIDTH images are resized to while sharding, so that training
+            decodes no pixel it then throws away (e.g. 224x224); empty: stored as they are.
+        image_aspect: With image_size: stretch (each side to its length) or crop (keep the
+            aspect ratio, cover the size, keep the central window).
+        image_quality: JPEG quality (1-100) of the JPEG images image_size re-encodes.
 
     Returns:
         staged: The staged shards: summary.json and schema.json at its path; metadata
@@ -103,6 +111,9 @@ def shard(
         gzip=gzip,
         max_bad_fraction=max_bad_fraction,
         beam_args=beam_args,
+        image_size=image_size,
+        image_aspect=image_aspect,
+        image_quality=image_quality,
         staged=staged,
         summary=summary,
     )
