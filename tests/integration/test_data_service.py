@@ -12,9 +12,10 @@ import signal
 import pytest
 from support import multi_worker_train, write_csv
 
-from tfrecord_suite.registry.datasets import Registry
+from tfrecord_suite.registry.datasets import Registry, shard_uris
+from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard.step import ShardConfig, run_shard
-from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
+from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split, make_dataset
 from tfrecord_suite.train.service import LocalDataService
 from tfrecord_suite.train.trainer import TrainConfig, run_train
 
@@ -38,7 +39,7 @@ def _ids(dataset, take=None, on_batch=None):
     for n, (features, _) in enumerate(dataset.take(take) if take else dataset):
         seen.update(features["id"].numpy().ravel().tolist())
         if on_batch:
-            on_batch(n)
+            on_batch(n, seen)
     return seen
 
 
@@ -53,23 +54,41 @@ def test_workers_read_every_record_exactly_once(numbered):
     assert service.exit_codes == {"dispatcher": 0, "worker-0": 0, "worker-1": 0}
 
 
+def _ids_of_files(ref, split, config, keep):
+    """The ids in the files of ``split`` whose position ``keep`` accepts (the reader's own
+    parse, the files in shard order as the service's ``shard(workers, index)`` deals them)."""
+    reg, dataset, version = Registry.resolve_ref(ref)
+    manifest = reg.manifest(dataset, version)
+    files = shard_uris(manifest, reg.version_dir(dataset, version), split)
+    kept = [f for i, f in enumerate(files) if keep(i)]
+    return set(_ids(make_dataset(kept, Schema.from_dict(manifest.schema), config)))
+
+
 def test_a_worker_killed_mid_pass_is_restarted_and_no_record_is_lost(numbered):
     one_pass = ReaderConfig(batch_size=64, repeat=False)
     expected = set(_ids(dataset_for_split(numbered, "train", one_pass)))
+    # worker-0 is first in the dispatcher's worker_addresses: SHARD_HINT gives it files 0, 2, ...
+    worker_0_ids = _ids_of_files(numbered, "train", one_pass, lambda i: i % 2 == 0)
     with LocalDataService(workers=2) as service:
         victim = service.pids()["worker-0"]
 
-        def kill_once(n):
-            if n == 10:
+        def kill_once(n, seen):
+            # killed once it has delivered records (so the restart must deliver them again),
+            # well before it could have delivered its whole share
+            if not killed and seen.keys() & worker_0_ids:
+                killed.append(n)
                 os.kill(victim, signal.SIGKILL)
+
+        killed = []
 
         served = _ids(
             dataset_for_split(numbered, "train", one_pass, service=service.address),
             on_batch=kill_once,
         )
-        assert service.restarts == 1 and service.pids()["worker-0"] != victim
+        assert killed and service.restarts == 1 and service.pids()["worker-0"] != victim
     assert set(served) == expected  # nothing lost
-    # at least once: the restarted worker read its share again from the start
+    # at least once: the restarted worker read its share again from the start, so what it had
+    # delivered before the kill came twice
     assert sum(served.values()) > len(expected)
 
 
