@@ -1,6 +1,7 @@
 """Crashes and bad input: a killed shard job reruns to the same bytes; empty and hostile input gets
 one clear error and writes nothing outside the target."""
 
+import glob
 import json
 import os
 import signal
@@ -49,10 +50,13 @@ def test_killed_shard_job_reruns_to_identical_output(tmp_path):
         "2",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # killed once Beam writes into the job's temporary folder (its beam-temp-* files), well
+    # before the shards are moved into place (a fixed sleep lost that race on a fast machine)
     deadline = time.time() + 120
-    while time.time() < deadline and not (os.path.isdir(out) and os.listdir(out)):
-        time.sleep(0.05)  # the job has started writing (its temporary folder exists)
-    time.sleep(1.0)
+    while not glob.glob(os.path.join(out, ".tmp-shard-*", "beam-temp-*")):
+        assert proc.poll() is None, "the shard job ended before it could be killed mid-write"
+        assert time.time() < deadline, "the shard job never started writing"
+        time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert not os.path.exists(
