@@ -47,11 +47,18 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+    """A Markdown table's lines, each cell on one line with its ``|`` escaped."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+
+
 def components() -> None:
     """``reference/components/``: each component's README, and an index."""
     index = ["# Components", "", "Each is loadable from its `component.yaml` or importable from "
-             "`tfrecord_suite.components`; the pages below are the components' own READMEs.", "",
-             "| component | what it does |", "|---|---|"]  # fmt: skip
+             "`tfrecord_suite.components`; the pages below are the components' own READMEs.",
+             ""]  # fmt: skip
+    rows = []
     for name, fn in COMPONENTS.items():
         with open(os.path.join(ROOT, "components", name, "README.md")) as fh:
             text = fh.read()
@@ -61,7 +68,8 @@ def components() -> None:
             f"reference/components/{name}.md", f"../components/{name}/metadata.yaml"
         )
         summary = (fn.__doc__ or "").strip().splitlines()[0]
-        index.append(f"| [{name}]({name}.md) | {_cell(summary)} |")
+        rows.append([f"[{name}]({name}.md)", summary])
+    index += _table(["component", "what it does"], rows)
     with mkdocs_gen_files.open("reference/components/index.md", "w") as out:
         out.write("\n".join(index) + "\n")
 
@@ -106,18 +114,15 @@ def pipelines() -> None:
             spec = next(yaml.safe_load_all(fh))
         params = spec["root"]["inputDefinitions"]["parameters"]
         out += [f"## {name}", "", f"Kubeflow name `{module(name).NAME}`. "
-                f"{spec['pipelineInfo'].get('description', '')}", "", dag(spec),
-                "| parameter | type | default | description |", "|---|---|---|---|"]  # fmt: skip
+                f"{spec['pipelineInfo'].get('description', '')}", "", dag(spec)]  # fmt: skip
+        rows = []
         for pname, p in params.items():
             value = p.get("defaultValue")
             if p["parameterType"] == "NUMBER_INTEGER" and value is not None:
                 value = int(value)  # the compiled spec writes every number as a double
             default = f"`{value!r}`" if "defaultValue" in p else "required"
-            out.append(
-                f"| `{pname}` | {p['parameterType']} | {_cell(default)} | "
-                f"{_cell(p.get('description', ''))} |"
-            )
-        out.append("")
+            rows.append([f"`{pname}`", p["parameterType"], default, p.get("description", "")])
+        out += [*_table(["parameter", "type", "default", "description"], rows), ""]
     with mkdocs_gen_files.open("reference/pipelines.md", "w") as fh:
         fh.write("\n".join(out))
 
@@ -140,21 +145,19 @@ def configuration() -> None:
         cls = getattr(importlib.import_module(mod), cls_name)
         docs = attribute_docs(cls)
         hints = typing.get_type_hints(cls)
-        out += [f"## {cls_name}", "", f"`{path}`; used by {where}.", "",
-                "| field / flag | type | default | description |", "|---|---|---|---|"]  # fmt: skip
+        out += [f"## {cls_name}", "", f"`{path}`; used by {where}.", ""]
+        rows = []
         for field in dataclasses.fields(cls):
+            type_name = _type_name(hints[field.name])
             if FLATTEN in field.metadata:
-                out.append(f"| `{field.name}` | {_type_name(hints[field.name])} | | "
-                           "its fields are flags of their own (see below) |")  # fmt: skip
+                rows.append([f"`{field.name}`", type_name, "",
+                             "its fields are flags of their own (see below)"])  # fmt: skip
                 continue
             missing = field.default is dataclasses.MISSING
             default = "required" if missing else f"`{field.default!r}`"
             flag = "--" + field.name.replace("_", "-")
-            out.append(
-                f"| `{flag}` | {_cell(_type_name(hints[field.name]))} | {_cell(default)} | "
-                f"{_cell(docs.get(field.name, ''))} |"
-            )
-        out.append("")
+            rows.append([f"`{flag}`", type_name, default, docs.get(field.name, "")])
+        out += [*_table(["field / flag", "type", "default", "description"], rows), ""]
     with mkdocs_gen_files.open("reference/configuration.md", "w") as fh:
         fh.write("\n".join(out))
 
