@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Builds the real parts the `k8s` tests run (kube-apiserver, kube-controller-manager, etcd) from
+# their published Go modules at the versions pinned in versions.env, once, into a cache outside the
+# repository: $TFRS_REALPARTS_CACHE (default ~/.cache/tfrecord-suite/realparts)/<name>-<version>/.
+#
+# k8s.io/kubernetes cannot be `go install`ed: its go.mod points its k8s.io/* staging modules at
+# folders of its own tree (replace lines). So each build gets a module of its own here that
+# requires it and repeats those replace lines, each pointing at the published staging module of
+# the same release (k8s.io/api v0.36.3 for kubernetes v1.36.3). etcd's server module does the
+# same with its sibling modules.
+#
+# Usage: build.sh [kubernetes|etcd|all]   (prints the folder of each part it built or found)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${TFRS_REALPARTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfrecord-suite/realparts}
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+mkdir -p "$cache"
+
+log() { echo "realparts: $*" >&2; }
+
+# go_build NAME MODULE VERSION REPLACES PACKAGES...: builds PACKAGES into $cache/NAME-VERSION/bin
+# from a throwaway module that requires MODULE@VERSION with the given replace lines.
+go_build() {
+  local name=$1 module=$2 version=$3 replaces=$4
+  shift 4
+  local out="$cache/$name-$version"
+  if [ -f "$out/.complete" ]; then
+    echo "$out"
+    return
+  fi
+  local work
+  work=$(mktemp -d "$cache/.build-$name-XXXXXX")
+  log "building $name $version (once; cached in $out)"
+  (
+    cd "$work"
+    printf 'module tfrs.local/realparts/%s\n\ngo 1.26\n\nrequire %s %s\n\n%s\n' \
+      "$name" "$module" "$version" "$replaces" >go.mod
+    # `tool` lines (go get -tool) keep every module the commands need through `go mod tidy`
+    for p in "$@"; do go get -tool "$p@$version" >/dev/null 2>&1 || go get -tool "$p@$version"; done
+    go mod tidy >/dev/null
+    mkdir -p bin
+    go build -trimpath -ldflags="-s -w" -o bin/ "$@"
+  )
+  rm -rf "$out"
+  mkdir -p "$out"
+  mv "$work/bin" "$out/bin"
+  cp "$work/go.mod" "$work/go.sum" "$out/"
+  rm -rf "$work"
+  touch "$out/.complete"
+  echo "$out"
+}
+
+kubernetes() {
+  # the staging modules k8s.io/kubernetes replaces, at the matching v0.x release
+  local staging_version="v0.${KUBERNETES_VERSION#v1.}" replaces=""
+  local staging
+  staging=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' |
+    xargs sed -n 's#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p')
+  replaces="replace ("$'\n'
+  for m in $staging; do replaces+="	$m => $m $staging_version"$'\n'; done
+  replaces+=")"
+  go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$replaces" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+}
+
+etcd() {
+  local replaces="replace ("$'\n'
+  for m in go.etcd.io/etcd/api/v3 go.etcd.io/etcd/client/pkg/v3 go.etcd.io/etcd/client/v3 \
+    go.etcd.io/etcd/pkg/v3; do
+    replaces+="	$m => $m $ETCD_VERSION"$'\n'
+  done
+  replaces+=")"
+  local out
+  out=$(go_build etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$replaces" go.etcd.io/etcd/server/v3)
+  # the module's main package is named after its folder: the binary is `server`
+  [ -e "$out/bin/etcd" ] || mv "$out/bin/server" "$out/bin/etcd"
+  echo "$out"
+}
+
+case "${1:-all}" in
+  kubernetes) kubernetes ;;
+  etcd) etcd ;;
+  all) etcd && kubernetes ;;
+  *) echo "usage: $0 [kubernetes|etcd|all]" >&2; exit 2 ;;
+esac
