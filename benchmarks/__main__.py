@@ -1,6 +1,6 @@
 """``python -m benchmarks``: the benchmarks, run from a checkout (they are not installed).
 
-Flags map one-to-one onto :class:`benchmarks.bench.BenchConfig`, as the package's commands do.
+Flags map one-to-one onto :class:`benchmarks.core.BenchConfig`, as the package's commands do.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tfrecord_suite.cli.common import emit, friendly_errors, json_option, stdout
 
 
 def _bench_config_cls() -> type:
-    from benchmarks.bench import BenchConfig
+    from benchmarks.core import BenchConfig
 
     return BenchConfig
 
@@ -26,7 +26,8 @@ def _bench_config_cls() -> type:
 @friendly_errors
 def bench(as_json: bool, **values: Any) -> None:
     """Measure reading, writing and training throughput against the naive way and peers."""
-    from benchmarks.bench import BenchConfig, markdown, run_bench
+    from benchmarks.core import BenchConfig
+    from benchmarks.run import markdown, run_bench
 
     with stdout_for(as_json):
         results = run_bench(options.build(BenchConfig, values))

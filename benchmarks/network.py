@@ -33,6 +33,8 @@ import sys
 import tempfile
 from typing import Any
 
+from benchmarks.core import Part
+
 _LOG = logging.getLogger(__name__)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DELAYS_MS = (0, 20, 50)
@@ -43,7 +45,7 @@ VARIANTS = ("reader_local", "reader_gcs", "reader_gcs_autotune", "textbook_gcs",
 
 def network_part(data_root: str, config: Any) -> dict[str, Any]:
     """Every variant at every latency, on small and large records; examples per second."""
-    from benchmarks.bench import make_version
+    from benchmarks.core import make_version
     from tfrecord_suite.io import storage
 
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -102,7 +104,8 @@ def _child(local_uri: str, remote_uri: str, config: Any, env: dict[str, str]) ->
 
 def measure_child(args: dict[str, Any]) -> dict[str, Any]:
     """The variants over the local and the ``gs://`` copy of one version, alternately."""
-    from benchmarks.bench import QUICK_READ_EXAMPLES, ReadVariants, measure
+    from benchmarks.core import QUICK_READ_EXAMPLES, measure
+    from benchmarks.read import ReadVariants
     from tfrecord_suite.io import storage
     from tfrecord_suite.registry.manifest import Manifest
     from tfrecord_suite.train.reader import AUTOTUNE
@@ -118,7 +121,7 @@ def measure_child(args: dict[str, Any]) -> dict[str, Any]:
     def fetch(take: int | None = None) -> Any:
         import tensorflow as tf
 
-        from benchmarks.bench import _drain
+        from benchmarks.core import _drain
 
         ds = (
             tf.data.Dataset.from_tensor_slices(remote.files)
@@ -186,6 +189,21 @@ def network_tables(network: dict[str, Any]) -> list[str]:
                 f"{v['reader_gcs'] / v['reader_local']:.2f} |"
             )
     return [*lines, ""]
+
+
+def _run(data_root: str, root: str, config: Any) -> dict[str, Any]:
+    return {"network": network_part(data_root, config)}
+
+
+def _tables(results: dict[str, Any]) -> list[str]:
+    return network_tables(results.get("network") or {})
+
+
+def _ratios(results: dict[str, Any]) -> dict[str, float]:
+    return network_ratios(results["network"]) if results.get("network") else {}
+
+
+PART = Part("network", ("network",), _run, _ratios, _tables)
 
 
 if __name__ == "__main__":

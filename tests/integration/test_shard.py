@@ -74,7 +74,7 @@ def test_same_input_gives_identical_bytes(tmp_path, jsonl_file):
 def test_disk_and_beam_shuffles_write_identical_shards(tmp_path):
     """The disk-backed shuffle (flat memory on one machine) and the runner's shuffle group the
     same records into the same shards, byte for byte, with one worker or two processes."""
-    from benchmarks.bench import make_csv
+    from benchmarks.core import make_csv
 
     raw = make_csv(str(tmp_path / "raw"), rows=6000, files=3)
     beam = str(tmp_path / "beam")
