@@ -283,15 +283,15 @@ def test_image_part_measures_every_variant_on_real_jpegs(tmp_path, monkeypatch):
     monkeypatch.setattr(images, "IMAGE_BATCH", 4)
     monkeypatch.setattr(images, "IMAGE_SETS", {"photos-32": (32, 6), "photos-64": (64, 6)})
     monkeypatch.setattr(images, "IMAGE_DRAIN_SECONDS", (0.05, 0.05))
-    images = images.image_part(str(tmp_path), core.BenchConfig(quick=True))
-    small, large = (images["sets"][k]["variants"] for k in ("photos-32", "photos-64"))
+    measured = images.image_part(str(tmp_path), core.BenchConfig(quick=True))
+    small, large = (measured["sets"][k]["variants"] for k in ("photos-32", "photos-64"))
     common = {"ceiling", "textbook", "reader", "reader_fused_crop"}
     assert set(small) == common | {"reader_whole"}  # stored at the size the model crops from
     assert set(large) == common | {"reader_dct", "reader_fused_crop_dct", "reader_shard_resized"}
     for name, m in {**small, **large}.items():
         assert m["items"] % 4 == 0 and m["items"] >= 16 and m["median_per_s"] > 0, name
-    assert images["sets"]["photos-64"]["images"] == 12
-    r = images["ratios"]
+    assert measured["sets"]["photos-64"]["images"] == 12
+    r = measured["ratios"]
     assert r["photos-64: reader_dct/ceiling"] == pytest.approx(
         large["reader_dct"]["median_per_s"] / large["ceiling"]["median_per_s"]
     )
@@ -305,7 +305,7 @@ def test_image_part_measures_every_variant_on_real_jpegs(tmp_path, monkeypatch):
     assert stats["image_height"]["max"] == stats["image_width"]["min"] == 28
 
     results = _results()
-    results["images"] = images
+    results["images"] = measured
     results["ratios"] = run.ratios(results)
     text = run.markdown(results)
     assert "**Images, photos-64** (12 photos stored as 64x64 JPEG" in text
