@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from support import emulator_env, free_port, stop_process
+from support import emulator_env, free_port, s3_env, stop_process
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -108,6 +108,29 @@ def strict_gcs_bucket(fake_gcs_server: str) -> Iterator[str]:
             except Exception:  # the server may still be starting
                 time.sleep(0.1)
         yield f"gs://{name}"
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> Iterator[object]:
+    """SeaweedFS (its S3 gateway) on 127.0.0.1, built from its Go module (tests/realparts)."""
+    from realparts.seaweedfs import seaweedfs, weed_binary
+
+    binary = weed_binary(build=False)
+    if binary is None:
+        message = "no SeaweedFS binary: run `make realparts-s3` (builds it with Go, once)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with seaweedfs(str(tmp_path_factory.mktemp("seaweedfs")), binary) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> Iterator[str]:
+    """A fresh bucket on SeaweedFS, boto3's environment pointing there; yields ``s3://<bucket>``."""
+    bucket = s3_server.create_bucket(f"b-{uuid.uuid4().hex[:10]}")
+    with s3_env(s3_server.env()):
+        yield bucket
 
 
 # ------------------------------------------------------------------------------------------ data

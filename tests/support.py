@@ -44,6 +44,27 @@ def emulator_env(url: str) -> Iterator[None]:
         storage.reset_gcs_client()
 
 
+@contextlib.contextmanager
+def s3_env(env: dict[str, str]) -> Iterator[None]:
+    """boto3's environment set to ``env`` (an S3 server's endpoint and credentials) meanwhile."""
+    from tfrecord_suite.io import storage
+
+    old = {k: os.environ.get(k) for k in (*env, *storage.S3_ENDPOINT_ENV)}
+    for k in storage.S3_ENDPOINT_ENV:
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    storage.reset_s3_client()
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        storage.reset_s3_client()
+
+
 def write_csv(path: str, header: list[str], rows: list[list[object]]) -> str:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)

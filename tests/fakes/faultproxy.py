@@ -1,8 +1,13 @@
-"""A fault-injecting HTTP proxy on 127.0.0.1 for the GCS emulators.
+"""A fault-injecting HTTP proxy on 127.0.0.1 for the GCS emulators and the S3 server.
 
-Forwards every request to the emulator, except on a fixed schedule, where it answers 503 or 429,
-or drops the connection without answering. Bounded: it serves only while its context is open and
-only the loopback address.
+Forwards every request to the server, except on a fixed schedule, where it answers 503 or 429 (or
+500), drops the connection without answering (``drop``), or forwards the request and then drops
+the connection without the answer (``lost``: the write landed, the client cannot know). Bounded:
+it serves only while its context is open and only the loopback address.
+
+For S3 (``s3=True``) it keeps the client's ``Host`` header, which the request's signature covers,
+answers errors in S3's XML, and AWS's schedule: S3 asks clients to slow down with 503 ``SlowDown``,
+never 429.
 """
 
 from __future__ import annotations
@@ -28,13 +33,18 @@ HOP_HEADERS = {
 class FaultProxy:
     """``with FaultProxy(upstream_url, every=4) as proxy: ... proxy.url ... proxy.faults``."""
 
-    def __init__(self, upstream: str, every: int = 4):
+    GCS_SCHEDULE = ("503", "429", "drop")
+    S3_SCHEDULE = ("503", "lost", "500", "drop")
+
+    def __init__(self, upstream: str, every: int = 4, s3: bool = False):
         self.upstream = urllib.parse.urlsplit(upstream)
         self.every = every
+        self.s3 = s3
         self.faults: Counter[str] = Counter()
         self.requests = 0
         self._lock = threading.Lock()
-        self._schedule = itertools.cycle(["503", "429", "drop"])
+        self._schedule = itertools.cycle(self.S3_SCHEDULE if s3 else self.GCS_SCHEDULE)
+        hop = HOP_HEADERS - {"host"} if s3 else HOP_HEADERS
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -51,31 +61,50 @@ class FaultProxy:
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                if fault:
-                    payload = b'{"error": {"code": %s, "message": "injected"}}' % fault.encode()
-                    self.send_response(int(fault))
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
+                if fault and fault != "lost":
+                    self._answer_fault(int(fault))
                     return
                 conn = http.client.HTTPConnection(
                     proxy.upstream.hostname, proxy.upstream.port, timeout=30
                 )
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if fault == "lost":
+                    conn.close()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in HOP_HEADERS:
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD answer's length is the object's, not of its (empty) body
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
                 conn.close()
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+            def _answer_fault(self, status):
+                if proxy.s3:
+                    code = "SlowDown" if status == 503 else "InternalError"
+                    payload = b"<Error><Code>%s</Code><Message>injected</Message></Error>" % (
+                        code.encode()
+                    )
+                    kind = "application/xml"
+                else:
+                    payload = b'{"error": {"code": %d, "message": "injected"}}' % status
+                    kind = "application/json"
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True

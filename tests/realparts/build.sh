@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real parts the `k8s` tests run (kube-apiserver, kube-controller-manager, etcd) from
+# Builds the real parts the tests run (kube-apiserver, kube-controller-manager and etcd for the
+# `k8s` tests, SeaweedFS's `weed` for the `s3` tests) from
 # their published Go modules at the versions pinned in versions.env, once, into a cache outside the
 # repository: $TFRS_REALPARTS_CACHE (default ~/.cache/tfrecord-suite/realparts)/<name>-<version>/.
 #
@@ -9,7 +10,7 @@
 # the same release (k8s.io/api v0.36.3 for kubernetes v1.36.3). etcd's server module does the
 # same with its sibling modules.
 #
-# Usage: build.sh [kubernetes|etcd|all]   (prints the folder of each part it built or found)
+# Usage: build.sh [kubernetes|etcd|seaweedfs|all]   (prints the folder of each part it built or found)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -80,9 +81,18 @@ etcd() {
   echo "$out"
 }
 
+seaweedfs() {
+  # SeaweedFS (Apache-2.0): one `weed` binary runs the master, volume, filer and S3 gateway. Its
+  # go.mod swaps go-bip39 for the cosmos fork; published only as a pseudo-version.
+  local replaces="replace github.com/tyler-smith/go-bip39 => github.com/cosmos/go-bip39 v1.0.0"
+  go_build seaweedfs github.com/seaweedfs/seaweedfs "$SEAWEEDFS_VERSION" "$replaces" \
+    github.com/seaweedfs/seaweedfs/weed
+}
+
 case "${1:-all}" in
   kubernetes) kubernetes ;;
   etcd) etcd ;;
-  all) etcd && kubernetes ;;
-  *) echo "usage: $0 [kubernetes|etcd|all]" >&2; exit 2 ;;
+  seaweedfs) seaweedfs ;;
+  all) etcd && kubernetes && seaweedfs ;;
+  *) echo "usage: $0 [kubernetes|etcd|seaweedfs|all]" >&2; exit 2 ;;
 esac

@@ -240,10 +240,10 @@ def test_cli_retrain_takes_submits_placement_registry_and_endpoint_flags(tmp_pat
             "registry_root=/data/reg is a local path",
         ),
         (
-            {**PARAMS, "input_uri": "s3://b/raw.csv"},
+            {**PARAMS, "input_uri": "minio://b/raw.csv"},
             None,
             None,
-            "s3:// is not a storage this suite",
+            "minio:// is not a storage this suite",
         ),
         (PARAMS, "hdfs://nn/root", None, "--pipeline-root hdfs://nn/root"),
         (PARAMS, None, "0 3 * * *", "for this one: '0 0 3 * * *'"),
@@ -256,6 +256,15 @@ def test_submit_refuses_what_a_cluster_run_could_not_do(params, root, schedule, 
         with pytest.raises(UserError, match=re.escape(message)):
             _submit(api, params=params, pipeline_root=root, schedule=schedule)
         assert api.requests == []  # nothing was uploaded
+
+
+def test_submit_takes_s3_data_and_registries():
+    """Self-hosted Kubeflow keeps data in its S3 store (SeaweedFS, MinIO): s3:// workdirs pass."""
+    from tfrecord_suite.kfp.submit import check_submission
+
+    s3 = {**PARAMS, "input_uri": "s3://b/raw.csv", "registry_root": "s3://b/reg"}
+    check_submission(s3, "minio://mlpipeline/v2/artifacts", None)
+    check_submission({**s3, "dataset_ref": "s3://b/reg/rows@stable"}, None, None)
 
 
 def test_submit_passes_the_pipeline_root_and_compiles_for_the_registry():

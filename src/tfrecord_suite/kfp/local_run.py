@@ -173,10 +173,10 @@ def run_local(
     if runner not in RUNNERS:
         raise UserError(f"--runner {runner!r}: choose one of {', '.join(RUNNERS)}")
     workdir = storage.normalize(workdir)
-    input_uri = input_uri if storage.is_gcs(input_uri) else storage.normalize(input_uri)
+    input_uri = input_uri if storage.is_remote(input_uri) else storage.normalize(input_uri)
     os.makedirs(workdir, exist_ok=True)
     if runner == "docker":
-        if not storage.is_gcs(input_uri) and not input_uri.startswith(workdir + os.sep):
+        if not storage.is_remote(input_uri) and not input_uri.startswith(workdir + os.sep):
             raise UserError(
                 f"--input {input_uri} is outside --workdir {workdir}: the docker runner mounts "
                 "only the working folder into the step containers; copy the data into it"

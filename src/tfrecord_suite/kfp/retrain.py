@@ -63,7 +63,7 @@ def retrain(
     _LOG.info(reason)
     if if_changed and not changed:
         return {"submitted": False, "reason": reason}
-    normalized = input_uri if storage.is_gcs(input_uri) else storage.normalize(input_uri)
+    normalized = input_uri if storage.is_remote(input_uri) else storage.normalize(input_uri)
     full = {
         **params,
         "input_uri": normalized,

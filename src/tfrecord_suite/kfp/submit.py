@@ -61,7 +61,8 @@ def check_submission(
 
     Raises:
         UserError: A pipeline root the launcher cannot map, data or registries the steps' pods
-            cannot reach (local paths, or stores other than gs://), or a five-field cron.
+            cannot reach (local paths, or stores other than gs:// and s3://), or a five-field
+            cron.
 
     """
     from tfrecord_suite.io import storage
@@ -77,10 +78,10 @@ def check_submission(
         if not value:
             continue
         storage.check_reachable(value, f"--param {key}")
-        if not storage.is_gcs(value):
+        if not storage.is_remote(value):
             raise UserError(
                 f"--param {key}={value} is a local path: the pipeline's pods cannot see this "
-                "machine's disk; give a gs:// URI"
+                "machine's disk; give a gs:// or s3:// URI"
             )
     if schedule is not None and len(schedule.split()) != 6:
         raise UserError(

@@ -1,4 +1,4 @@
-"""A dataset registry that is just a folder or a ``gs://`` prefix.
+"""A dataset registry that is just a folder or a ``gs://`` or ``s3://`` prefix.
 
 Layout::
 
@@ -966,7 +966,7 @@ def merge_statistics(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def _relative(uri: str, base: str) -> str:
-    return uri[len(base) + 1 :] if storage.is_gcs(uri) else storage.relative_to(uri, base)
+    return uri[len(base) + 1 :] if storage.is_remote(uri) else storage.relative_to(uri, base)
 
 
 def _safe(name: str) -> bool:

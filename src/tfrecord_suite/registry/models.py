@@ -60,7 +60,7 @@ class RegisteredModel:
 
 
 class ModelRegistry:
-    """Model versions and aliases under one root (a folder or a ``gs://`` prefix)."""
+    """Model versions and aliases under one root (a folder, a ``gs://`` or ``s3://`` prefix)."""
 
     def __init__(self, root: str):
         self.root = storage.normalize(root)

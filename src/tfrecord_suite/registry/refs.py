@@ -114,7 +114,9 @@ class DatasetRef:
             raise InvalidName(f"dataset reference {text!r} has an empty selector after '@'")
         if not (Version.is_version(selector) or re.fullmatch(r"\d+(\.\d+)?", selector)):
             check_name(selector, "alias")
-        return cls(storage.normalize(root) if not storage.is_gcs(root) else root, dataset, selector)
+        return cls(
+            storage.normalize(root) if not storage.is_remote(root) else root, dataset, selector
+        )
 
     def __str__(self) -> str:
         return f"{storage.join(self.root, self.dataset)}@{self.selector}"

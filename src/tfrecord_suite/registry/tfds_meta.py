@@ -120,10 +120,10 @@ def unreadable_reason(version_dir: str, manifest: Manifest) -> str:
             "its shards are GZIP-compressed and TFDS's TFRecord adapter opens files without a "
             "compression type; publish without --gzip to read it with TFDS"
         )
-    if storage.is_gcs(version_dir):
+    if storage.is_remote(version_dir):
         return (
-            "on GCS the shards cannot be linked into the version's folder, where TFDS's name "
-            "template looks; read it with the suite's reader"
+            "in an object store the shards cannot be linked into the version's folder, where "
+            "TFDS's name template looks; read it with the suite's reader"
         )
     return ""
 

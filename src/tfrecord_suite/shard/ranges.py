@@ -334,7 +334,7 @@ def _parquet_ranges(uri: str) -> list[FileRange]:
 
     with sources.open_file(uri) as fh:
         try:
-            meta = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).metadata
+            meta = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_remote(uri) else fh).metadata
         except Exception:  # a bad file: read whole, where its error becomes a dead letter
             return [FileRange(uri)]
     out, row = [], 1

@@ -103,8 +103,8 @@ class FileRange:
 
 
 def open_file(uri: str) -> IO[bytes]:
-    """Open ``uri`` for reading bytes (``gs://`` through Beam's ``FileSystems``)."""
-    if storage.is_gcs(uri):
+    """Open ``uri`` for reading bytes (``gs://``, ``s3://`` through Beam's ``FileSystems``)."""
+    if storage.is_remote(uri):
         from apache_beam.io.filesystems import FileSystems
 
         return FileSystems.open(uri, compression_type="uncompressed")
@@ -123,7 +123,7 @@ def resolve_inputs(input_uri: str) -> list[storage.FileInfo]:
     uri = storage.normalize(input_uri)
     is_glob = any(c in _GLOB_CHARS for c in uri)
     if is_glob:
-        if storage.is_gcs(uri):
+        if storage.is_remote(uri):
             base = uri[: min(uri.index(c) for c in _GLOB_CHARS if c in uri)]
             base = base.rsplit("/", 1)[0]
             files = [f for f in storage.list_files(base) if fnmatch.fnmatchcase(f.uri, uri)]
@@ -131,7 +131,7 @@ def resolve_inputs(input_uri: str) -> list[storage.FileInfo]:
             files = [
                 storage.stat(p) for p in sorted(glob.glob(uri, recursive=True)) if os.path.isfile(p)
             ]
-    elif storage.is_gcs(uri):
+    elif storage.is_remote(uri):
         try:
             files = [storage.stat(uri)]
         except FileNotFoundError:
@@ -625,7 +625,7 @@ def _read_parquet(uri: str, part: FileRange) -> Iterator[RawRow]:
 
     with open_file(uri) as fh:
         try:
-            pf = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh)
+            pf = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_remote(uri) else fh)
         except Exception as exc:  # pyarrow raises several types for a bad file
             yield RawRow(uri, 0, {}, f"not a readable Parquet file: {exc}")
             return
@@ -642,9 +642,8 @@ def parquet_columns(uri: str) -> list[str]:
     import pyarrow.parquet as pq
 
     with open_file(uri) as fh:
-        return list(
-            pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_gcs(uri) else fh).schema_arrow.names
-        )
+        source = io.BytesIO(fh.read()) if storage.is_remote(uri) else fh
+        return list(pq.ParquetFile(source).schema_arrow.names)
 
 
 def _read_whole_file(uri: str, field: str) -> Iterator[RawRow]:

@@ -92,10 +92,10 @@ def check_paths_reach_runner(input_uri: str, output: str, beam_args: Sequence[st
     if runner.lower() in LOCAL_RUNNERS:
         return
     for flag, uri in (("--input", input_uri), ("--output", output)):
-        if not storage.is_gcs(uri):
+        if not storage.is_remote(uri):
             raise UserError(
                 f"{flag} {uri} is a local path but --runner {runner} runs on remote workers "
-                "that cannot see this machine's disk: use a gs:// path"
+                "that cannot see this machine's disk: use a gs:// or s3:// path"
             )
 
 
@@ -104,8 +104,9 @@ class ShardConfig:
     """Everything the shard step takes.
 
     Attributes:
-        input: A file, folder, glob or ``gs://`` prefix.
-        output: Folder or ``gs://`` prefix for the shards (must be empty unless ``overwrite``).
+        input: A file, folder, glob or ``gs://`` / ``s3://`` prefix.
+        output: Folder or ``gs://`` / ``s3://`` prefix for the shards (must be empty unless
+            ``overwrite``).
         format: ``auto``, ``csv``, ``tsv``, ``jsonl``, ``parquet``, ``images`` or ``text``.
         label: Label column (tabular); auto-detected by name when None.
         key_column: Column whose value decides the split (keeps related rows together); the
