@@ -192,3 +192,102 @@ def test_unreachable_s3_fails_clearly_and_leaves_no_version(tmp_path, s3_server)
     with s3_env(s3_server.env()):
         assert Registry(f"{bucket}/registry").versions("rows") == []
     assert os.path.isdir(staged)
+
+
+def test_reader_stages_s3_shards_and_deletes_each_copy_once_read(tmp_path, s3_bucket):
+    """TensorFlow cannot open s3://: the reader copies each shard to local disk ahead of the
+    interleave and deletes the copy once read; every record is read once per epoch."""
+    import tensorflow as tf
+
+    from tfrecord_suite.schema import Schema
+    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+
+    local = make_staged(str(tmp_path / "s"), n=400, num_shards=4)
+    reg = Registry(f"{s3_bucket}/registry")
+    result = reg.publish(local, "rows")
+    from tfrecord_suite.registry.datasets import shard_uris
+
+    files = shard_uris(result.manifest, result.uri, "train")
+    assert files and all(f.startswith("s3://") for f in files)
+    schema = Schema.from_dict(result.manifest.schema)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    config = ReaderConfig(batch_size=32, stage_dir=str(stage), stage_files=2, stage_ahead=1)
+    assert config.stages(files) and not ReaderConfig().stages([str(local)])
+    with pytest.raises(Exception, match="remote_read=stream"):
+        ReaderConfig(remote_read="stream").stages(files)
+
+    def values(ds):
+        out = []
+        for x, _ in ds:
+            out += [float(v) for v in tf.reshape(x["x"], [-1]).numpy()]
+        return sorted(out)
+
+    expected = sorted(float(k) + 0.5 for k in range(400))
+    assert values(make_dataset(files, schema, config, training=False)) == expected
+    (folder,) = stage.iterdir()  # the stager's own folder: every copy gone once read
+    assert list(folder.iterdir()) == []
+    repeated = ReaderConfig(batch_size=40, repeat=True, shuffle_buffer=0, stage_dir=str(stage))
+    two_epochs = []  # files shuffled anew each epoch, a file staged twice at once apart
+    for x, _ in make_dataset(files, schema, repeated).take(2 * 400 // 40):
+        two_epochs += [float(v) for v in tf.reshape(x["x"], [-1]).numpy()]
+    assert sorted(two_epochs) == sorted(expected * 2)
+
+
+@pytest.mark.slow
+def test_shard_version_and_train_steps_on_s3(s3_bucket, penguins_csv, tmp_path):
+    """The data steps as their components call them, with an s3:// registry: Beam's S3
+    filesystem writes the shards, the version step publishes them, and the train step trains on
+    the s3:// reference in a process of its own (its environment as a Kubeflow pod's from a
+    Secret), staging the shards; none is left on local disk."""
+    import subprocess
+    import sys
+
+    from fakes.fakek8s import Artifact
+    from tfrecord_suite.kfp import tasks
+
+    registry = f"{s3_bucket}/registry"
+    raw = f"{s3_bucket}/raw/penguins.csv"
+    storage.copy(penguins_csv, raw)
+    staged = Artifact("", path=str(tmp_path / "staged"))
+    summary = Artifact("", path=str(tmp_path / "summary.md"))
+    tasks.shard_task(
+        input_uri=raw, registry_root=registry, dataset_name="penguins",
+        fingerprint=tasks.fingerprint_task(raw), input_format="auto", label="species",
+        key_column="", splits="train=80,validation=10,test=10", num_shards=2,
+        target_shard_mb=128.0, readers=1, workers=1, gzip=False, max_bad_fraction=0.05,
+        beam_args=[], staged=staged, summary=summary,
+    )  # fmt: skip
+    assert staged.metadata["staged_uri"].startswith(f"{registry}/penguins/_data/run-")
+    dataset = Artifact("", path=str(tmp_path / "dataset"))
+    card = Artifact("", path=str(tmp_path / "card.md"))
+    ref, digest = tasks.version_task(
+        staged=staged, registry_root=registry, dataset_name="penguins", bump="auto",
+        dataset=dataset, card=card,
+    )  # fmt: skip
+    assert ref == f"{registry}/penguins@1.0.0"
+    assert Registry(registry).verify("penguins", "1.0.0")["ok"]
+
+    out = tmp_path / "train"
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import json, sys; sys.path[:0] = [{os.path.join(here, '..')!r}]\n"
+        "from fakes.fakek8s import train_step\n"
+        f"artifacts = train_step({ref!r}, {str(out)!r}, dataset_digest={digest!r}, epochs=2,"
+        " batch_size=16, learning_rate=0.01)\n"
+        "print(json.dumps({'metrics': artifacts['metrics'].logged,"
+        " 'model': artifacts['model'].metadata}))\n"
+    )
+    env = {**os.environ, "TMPDIR": str(stage), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["model"]["dataset_digest"] == digest
+    assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
+    assert os.path.isfile(out / "model" / "export" / "saved_model.pb")
+    local = [f for _, _, names in os.walk(tmp_path) for f in names if ".tfrecord" in f]
+    assert local == []  # staged copies were deleted once read

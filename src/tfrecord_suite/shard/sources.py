@@ -102,12 +102,26 @@ class FileRange:
         return self.start == 0 and self.end is None
 
 
+def beam_filesystems() -> Any:
+    """Beam's ``FileSystems``, usable outside a pipeline too.
+
+    Outside one (planning, schema inference, moving shards into place) no pipeline has given it
+    options, and Beam's S3 filesystem builds its client from them: default ones leave boto3 to
+    its environment. Options a pipeline set are kept.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    if FileSystems._pipeline_options is None:
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        FileSystems.set_options(PipelineOptions([]))
+    return FileSystems
+
+
 def open_file(uri: str) -> IO[bytes]:
     """Open ``uri`` for reading bytes (``gs://``, ``s3://`` through Beam's ``FileSystems``)."""
     if storage.is_remote(uri):
-        from apache_beam.io.filesystems import FileSystems
-
-        return FileSystems.open(uri, compression_type="uncompressed")
+        return beam_filesystems().open(uri, compression_type="uncompressed")
     return open(uri, "rb")
 
 

@@ -489,9 +489,7 @@ def _move_dead_letters_into_place(temp_dir: str, output: str, bad_rows: int) -> 
     ]
     if not bad_rows:
         return []
-    from apache_beam.io.filesystems import FileSystems
-
-    FileSystems.rename(
+    sources.beam_filesystems().rename(
         [storage.join(temp_dir, n) for n in names], [storage.join(output, n) for n in names]
     )
     return sorted(names)
@@ -552,8 +550,6 @@ def _move_shards_into_place(
     written: dict[tuple[str, int], dict[str, Any]],
     gzip: bool,
 ) -> list[dict[str, Any]]:
-    from apache_beam.io.filesystems import FileSystems
-
     sources_, destinations, shards = [], [], []
     for split, p in shard_plan.items():
         n = p["num_shards"]
@@ -578,7 +574,7 @@ def _move_shards_into_place(
                 }
             )
     if sources_:
-        FileSystems.rename(sources_, destinations)
+        sources.beam_filesystems().rename(sources_, destinations)
     for s in shards:
         s["bytes"] = storage.stat(s["path"]).size
     return shards

@@ -539,6 +539,9 @@ class ShardToTFRecords(beam.PTransform):
                 join(self._temp_dir, naming.DEAD_LETTER_PREFIX),
                 file_name_suffix=naming.DEAD_LETTER_SUFFIX,
                 shard_name_template=naming.BEAM_SHARD_TEMPLATE,
+                # no file when no row was bad: Beam's S3 filesystem cannot write an empty object
+                # (it completes a multipart upload of no parts, which S3 refuses)
+                skip_if_empty=True,
             )
         )
         (

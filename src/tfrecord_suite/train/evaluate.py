@@ -13,6 +13,7 @@ from typing import Any
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import Schema
+from tfrecord_suite.train.reader import record_dataset
 
 _LOG = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def serving_evaluation(
     n = len(schema.label_classes)
     index = {c: i for i, c in enumerate(schema.label_classes)}
     matrix = np.zeros((n, n), dtype=np.int64)
-    records = tf.data.TFRecordDataset(files, compression_type=compression)
+    records = record_dataset(files, compression)
     if skip_bad_records:
         records = records.ignore_errors()
     for batch in records.batch(512):
@@ -106,7 +107,7 @@ def score(export_dir: str, files: list[str], schema: Schema, compression: str) -
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
     spec = {schema.label: tf.io.FixedLenFeature([], tf.float32)}
     squared, n = 0.0, 0
-    for batch in tf.data.TFRecordDataset(files, compression_type=compression).batch(512):
+    for batch in record_dataset(files, compression).batch(512):
         pred = np.reshape(serve(examples=batch)["prediction"].numpy(), [-1])
         labels = tf.io.parse_example(batch, spec)[schema.label].numpy()
         squared += float(np.sum((pred - labels) ** 2))

@@ -349,7 +349,9 @@ def _one_pass(
     spec = {n: full[n] for n in vocab_features + quantile_features}
     counts = {n: collections.Counter() for n in vocab_features}
     samples: dict[str, list[float]] = {n: [] for n in quantile_features}
-    ds = tf.data.TFRecordDataset(files, compression_type=compression).batch(4096)
+    from tfrecord_suite.train.reader import record_dataset
+
+    ds = record_dataset(files, compression).batch(4096)
     for batch in ds.map(lambda b: tf.io.parse_example(b, spec)):
         for n in vocab_features:
             values = np.reshape(batch[n].numpy(), [-1])

@@ -109,6 +109,17 @@ class ReaderConfig:
             resolved once, when the input starts (parallelism: the host's cores; prefetch:
             grown on demand). On small hosts the runtime model's re-tuning can settle on a much
             slower setting from one run to the next; resolving once is steady.
+        remote_read: How shards in an object store are read. ``"stream"``: through TensorFlow's
+            own filesystem (``gs://``); ``"stage"``: copied to local disk ahead of the reader in
+            parallel ranged GETs and deleted once read (:mod:`~tfrecord_suite.train.staging`);
+            ``"auto"`` (default): stream where TensorFlow opens the store (``gs://``), stage
+            where it cannot (``s3://``: TensorFlow 2.21 has no S3 filesystem).
+        stage_dir: Parent folder of the staged copies ("": the system's temporary folder). It
+            holds the shards being read and those staged ahead of them.
+        stage_files: Shards downloaded at once when staging.
+        stage_ahead: Shards whose download starts before the interleave opens them.
+        stage_part_mb: MiB per ranged GET when staging.
+        stage_parts: Ranged GETs of one shard at once when staging.
 
     """
 
@@ -133,6 +144,12 @@ class ReaderConfig:
     file_buffer_bytes: int = 1 << 20
     parse_window: int = 0
     retune: bool = False
+    remote_read: str = "auto"
+    stage_dir: str = ""
+    stage_files: int = 4
+    stage_ahead: int = 4
+    stage_part_mb: int = 8
+    stage_parts: int = 8
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -155,12 +172,35 @@ class ReaderConfig:
                 raise UserError(f"{name} must be AUTOTUNE (-1) or >= 1, got {value}")
         if self.block_length < 0 or self.parse_window < 0:
             raise UserError("block_length and parse_window must be 0 (auto) or >= 1")
+        if self.remote_read not in ("auto", "stream", "stage"):
+            raise UserError(f"remote_read must be auto, stream or stage, got {self.remote_read!r}")
+        for name in ("stage_files", "stage_ahead", "stage_part_mb", "stage_parts"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def stages(self, files: Sequence[str]) -> bool:
+        """Whether ``files`` are staged to local disk (by ``remote_read`` and where they are)."""
+        from tfrecord_suite.train.staging import tensorflow_reads
+
+        if not any("://" in f for f in files):
+            return False
+        opened = all(tensorflow_reads(f) for f in files)
+        if self.remote_read == "stream" and not opened:
+            raise UserError(
+                f"remote_read=stream: TensorFlow cannot open {files[0].split('://')[0]}:// "
+                "itself; stage the shards (remote_read auto or stage)"
+            )
+        return self.remote_read == "stage" or (self.remote_read == "auto" and not opened)
 
 
 def estimate_record_bytes(files: Sequence[str], compression: str = "", sample: int = 64) -> float:
     """Mean serialized size of the first ``sample`` records (of the first non-empty files)."""
     import tensorflow as tf
 
+    from tfrecord_suite.train.staging import tensorflow_reads
+
+    if files and not tensorflow_reads(files[0]):
+        return _record_bytes_through_storage(files, compression, sample)
     sizes: list[int] = []
     for path in files[:4]:
         ds = tf.data.TFRecordDataset(path, compression_type=compression).take(sample - len(sizes))
@@ -169,6 +209,68 @@ def estimate_record_bytes(files: Sequence[str], compression: str = "", sample: i
                 sizes.append(len(record))
         except tf.errors.OpError:
             pass  # a damaged shard is reported by verification or the reader, not here
+        if len(sizes) >= sample:
+            break
+    return sum(sizes) / len(sizes) if sizes else 1024.0
+
+
+def record_dataset(
+    files: Sequence[str], compression: str = "", config: ReaderConfig | None = None
+) -> Any:
+    """Every record of ``files``, file after file, in order.
+
+    ``tf.data.TFRecordDataset`` where TensorFlow opens the files, staged to local disk first
+    where it cannot (``s3://``). For the one-pass reads around training (feature statistics,
+    evaluation), not the training input (:func:`make_dataset`).
+    """
+    import tensorflow as tf
+
+    files = list(files)
+    config = config or ReaderConfig()
+    if not config.stages(files):
+        return tf.data.TFRecordDataset(files, compression_type=compression)
+    from tfrecord_suite.train import staging
+
+    stager = staging.Stager(
+        staging.StageConfig(
+            config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
+        )
+    )
+    tickets = staging.staged_files(
+        tf.data.Dataset.from_tensor_slices(files), stager, config.stage_ahead
+    )
+
+    def read(path: Any) -> Any:
+        return tf.data.TFRecordDataset(path, compression_type=compression)
+
+    empty = tf.constant(b"")
+    return tickets.interleave(
+        lambda t: staging.staged_records(t, stager, read, empty), cycle_length=1
+    )
+
+
+def _record_bytes_through_storage(files: Sequence[str], compression: str, sample: int) -> float:
+    """:func:`estimate_record_bytes` for stores TensorFlow cannot open.
+
+    The first records are streamed through the storage layer: the first bytes of a shard are
+    read, not the whole shard.
+    """
+    import gzip
+    import io
+
+    from tfrecord_suite.io import framing, storage
+
+    sizes: list[int] = []
+    for uri in files[:4]:
+        with storage.open_read(uri) as fh:
+            stream: Any = io.BufferedReader(fh, 1 << 20)  # type: ignore[arg-type]
+            if compression:
+                stream = gzip.GzipFile(fileobj=stream)
+            try:
+                while len(sizes) < sample and (record := framing.read_record(stream)) is not None:
+                    sizes.append(len(record))
+            except (ValueError, OSError, EOFError):
+                pass  # a damaged shard is reported by verification or the reader, not here
         if len(sizes) >= sample:
             break
     return sum(sizes) / len(sizes) if sizes else 1024.0
@@ -453,7 +555,7 @@ def make_dataset(
     batches) -> finish (transform, cache, augment, prefetch).
 
     Args:
-        files: Shard URIs (local or ``gs://``).
+        files: Shard URIs (local, ``gs://`` or ``s3://``).
         schema: The dataset's feature spec.
         config: Reader knobs.
         statistics: The manifest's statistics (image sizes).
@@ -501,7 +603,22 @@ def make_dataset(
             "cache with an input service: the workers decode every pass; cache or serve, not both"
         )
     ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
-    ds = _read_stage(ds, config, compression, layout)
+    stager = None
+    if config.stages(files):
+        if service:
+            raise UserError(
+                "staged shards (remote_read) with an input service: the service's workers "
+                "cannot run the staging; read them from a store TensorFlow opens (gs://)"
+            )
+        from tfrecord_suite.train.staging import StageConfig, Stager
+
+        stager = Stager(
+            StageConfig(
+                config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
+            )
+        )
+        _LOG.info("shards staged to local disk ahead of the reader, in %s", stager.folder)
+    ds = _read_stage(ds, config, compression, layout, stager)
     ds = _parse_stage(ds, config, decoder, layout, fused)
     if service:
         from tfrecord_suite.train.service import distribute
@@ -591,8 +708,14 @@ def _file_stage(
     return ds
 
 
-def _read_stage(ds: Any, config: ReaderConfig, compression: str, layout: _Layout) -> Any:
-    """Interleaved blocks of records, sharded by block under DATA policy, repeated, shuffled."""
+def _read_stage(
+    ds: Any, config: ReaderConfig, compression: str, layout: _Layout, stager: Any = None
+) -> Any:
+    """Interleaved blocks of records, sharded by block under DATA policy, repeated, shuffled.
+
+    ``stager``: a :class:`~tfrecord_suite.train.staging.Stager` the shards are copied to local
+    disk through, ahead of the interleave.
+    """
     import tensorflow as tf
 
     block = layout.block
@@ -605,8 +728,18 @@ def _read_stage(ds: Any, config: ReaderConfig, compression: str, layout: _Layout
             records = records.ignore_errors()
         return records.batch(block) if block > 1 else records
 
+    read = read_blocks
+    if stager is not None:
+        from tfrecord_suite.train import staging
+
+        ds = staging.staged_files(ds, stager, config.stage_ahead)
+        empty = tf.zeros([0], tf.string) if block > 1 else tf.constant(b"")
+
+        def read(ticket: Any) -> Any:
+            return staging.staged_records(ticket, stager, read_blocks, empty)
+
     ds = ds.interleave(
-        read_blocks,
+        read,
         cycle_length=_autotune(layout.cycle),
         block_length=1,  # in blocks: each element already holds block_length records
         num_parallel_calls=_autotune(layout.reads),

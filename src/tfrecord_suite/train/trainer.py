@@ -630,11 +630,12 @@ def _verify(manifest: Manifest, vdir: str, config: TrainConfig) -> int:
 
 
 def _readable_records(uri: str, manifest: Manifest) -> int:
-    import tensorflow as tf
 
     if not storage.exists(uri):
         return 0
-    ds = tf.data.TFRecordDataset(uri, compression_type=manifest.compression)
+    from tfrecord_suite.train.reader import record_dataset
+
+    ds = record_dataset([uri], manifest.compression)
     return int(ds.ignore_errors().reduce(0, lambda n, _: n + 1))
 
 

@@ -1,0 +1,172 @@
+"""Shards copied to local disk ahead of the reader: how it reads stores TensorFlow cannot open.
+
+TensorFlow 2.21 opens local files and ``gs://`` (its own GCS filesystem); it has no ``s3://``
+filesystem any more, and tensorflow-io's does not load into it. For such stores the reader does
+what streaming loaders do (MosaicML Streaming, WebDataset's cache): a pool of threads downloads
+the shards the interleave opens next, each in parallel ranged GETs of a few MiB
+(:func:`tfrecord_suite.io.storage.download`, on kept-alive connections), into a local folder; the
+interleave opens a shard's local copy once it is complete, and the copy is deleted as soon as its
+last record has been read. So the network's round trips overlap each other and the reading of the
+shards already staged, and local disk holds only the shards in flight.
+
+In the ``tf.data`` graph (:func:`staged_files`, :func:`staged_records`)::
+
+    file names -> map(start its download: a ticket) -> prefetch(ahead)
+      -> interleave(ticket -> wait for its copy -> TFRecordDataset(copy) -> delete the copy)
+
+The tickets keep a file that one epoch reads while the next one starts it apart. The functions
+are Python (``tf.numpy_function``), called once per shard, so a pipeline with them cannot be
+shipped to a tf.data service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from tfrecord_suite.io import storage
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageConfig:
+    """How shards are staged (the reader's ``stage_*`` knobs, resolved).
+
+    Attributes:
+        folder: Parent folder of the local copies ("" : the system's temporary folder).
+        files: Shards downloaded at once.
+        part_mb: Size of each ranged GET (MiB).
+        parts: Ranged GETs of one shard at once.
+
+    """
+
+    folder: str = ""
+    files: int = 4
+    part_mb: int = 8
+    parts: int = 8
+
+
+class Stager:
+    """Downloads shards into a private local folder, hands out their paths, deletes each once read.
+
+    The folder and any copy left (an input stopped early) go when the stager is collected or the
+    process exits.
+    """
+
+    def __init__(self, config: StageConfig):
+        self.config = config
+        self.folder = tempfile.mkdtemp(prefix="tfrs-stage-", dir=config.folder or None)
+        self._pool = ThreadPoolExecutor(config.files, thread_name_prefix="tfrs-stage")
+        self._jobs: dict[int, tuple[Future, str]] = {}
+        self._lock = threading.Lock()
+        self._tickets = itertools.count()
+        #: Shards staged, their bytes, and the seconds readers waited for a copy.
+        self.stats = {"staged": 0, "bytes": 0, "wait_s": 0.0}
+        weakref.finalize(self, _clean_up, self._pool, self.folder)
+
+    def start(self, uri: bytes | str) -> int:
+        """Start downloading ``uri``; the ticket to :meth:`wait` for it with."""
+        uri = uri.decode() if isinstance(uri, bytes) else str(uri)
+        ticket = next(self._tickets)
+        path = os.path.join(self.folder, f"{ticket:09d}-{storage.basename(uri)}")
+        c = self.config
+        future = self._pool.submit(storage.download, uri, path, c.parts, c.part_mb)
+        with self._lock:
+            self._jobs[ticket] = (future, path)
+        return ticket
+
+    def wait(self, ticket: Any) -> bytes:
+        """The local path of the ticket's shard, once its copy is complete.
+
+        Raises:
+            Exception: The download's error (the URI is in its message).
+
+        """
+        with self._lock:
+            future, path = self._jobs[int(ticket)]
+        started = time.perf_counter()
+        future.result()
+        with self._lock:
+            self.stats["wait_s"] += time.perf_counter() - started
+            self.stats["staged"] += 1
+            self.stats["bytes"] += os.path.getsize(path)
+        return path.encode()
+
+    def done(self, ticket: Any) -> int:
+        """Delete the ticket's copy: its last record has been read (the reader holds it open)."""
+        with self._lock:
+            _, path = self._jobs.pop(int(ticket), (None, ""))
+        if path:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        return int(ticket)
+
+    def close(self) -> None:
+        """Stop downloading and delete the folder now."""
+        _clean_up(self._pool, self.folder)
+
+
+def _clean_up(pool: ThreadPoolExecutor, folder: str) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def staged_files(files: Any, stager: Stager, ahead: int) -> Any:
+    """``files`` (a dataset of URIs) -> tickets, each shard's download started ``ahead`` early.
+
+    The map runs in order, one file at a time, as the interleave will open them; the prefetch
+    after it starts the next ``ahead`` downloads before the interleave asks for them.
+    """
+    import tensorflow as tf
+
+    def start(uri: Any) -> Any:
+        ticket = tf.numpy_function(lambda u: np_int64(stager.start(u)), [uri], tf.int64)
+        return tf.ensure_shape(ticket, [])
+
+    return files.map(start).prefetch(max(1, ahead))
+
+
+def staged_records(ticket: Any, stager: Stager, read: Any, empty: Any) -> Any:
+    """One shard's dataset from its ticket: ``read(local path)``, then its copy deleted.
+
+    ``empty`` is an element of the dataset's type (never produced): the deletion rides on a
+    tail element that a filter drops.
+    """
+    import tensorflow as tf
+
+    path = tf.ensure_shape(tf.numpy_function(stager.wait, [ticket], tf.string), [])
+    records = read(path)
+    tail = (
+        tf.data.Dataset.from_tensors(ticket)
+        .map(lambda t: tf.numpy_function(lambda x: np_int64(stager.done(x)), [t], tf.int64))
+        .filter(lambda _: False)
+        .map(lambda _: empty)
+    )
+    return records.concatenate(tail)
+
+
+def np_int64(value: int) -> Any:
+    """``value`` as the numpy scalar a ``tf.numpy_function`` returning int64 must give."""
+    import numpy as np
+
+    return np.int64(value)
+
+
+def tensorflow_reads(uri: str) -> bool:
+    """Whether TensorFlow's own filesystems open ``uri`` (local paths, ``gs://``; not ``s3://``)."""
+    if "://" not in uri:
+        return True
+    import tensorflow as tf
+
+    return uri.split("://", 1)[0] in tf.io.gfile.get_registered_schemes()
