@@ -1,25 +1,37 @@
-"""The bench's network part (``--only network``): the reader on ``gs://``, with latency.
+"""The bench's network part (``--only network``): the reader on ``gs://`` and ``s3://``, latency.
 
-On a cluster the shards live on GCS and training reads them through TensorFlow's own GCS
-filesystem, where every request waits on the network. Here that filesystem reads from a local
-GCS server over TLS through a CONNECT proxy that holds every round trip for 0, 20 or 50 ms
-(``tests/fakes/gcs_tls.py``: TensorFlow opens a new connection per request, so one request
-costs about three round trips). For small (~0.5 KB) and large (~100 KB) records, one version of
-4 train shards of ~100 MB (25 MB with ``--quick``) is read from local disk and, the same files,
-from the server. Each latency runs in a process of its own (TensorFlow's GCS filesystem reads its
-proxy and CA when it starts), alternating, after a warm-up:
+On a cluster the shards live in an object store and every request waits on the network. What the
+reader controls is how much of the network's latency it hides, so that is what this part
+measures, against two ceilings it cannot beat: the same bytes fetched the same way, with the same
+parallelism, and not parsed.
 
-* ``reader_local``: the suite's reader on local disk (the files in the page cache);
-* ``reader_gcs``: the suite's reader on ``gs://``, with its defaults;
-* ``reader_gcs_autotune``: the same with ``num_parallel_reads=AUTOTUNE``, the local default,
-  which the remote default replaces (the measurement the default is set from);
-* ``textbook_gcs``: the tutorials' pipeline on ``gs://``;
-* ``fetch_gcs``: the records fetched from ``gs://`` and nothing else (every file at once, no
-  parse): what the network path delivers here, the ceiling of any reader over it.
+For small (~0.6 KB) and large (~100 KB) records, one version of :data:`SHARDS` train shards of
+~50 MB (4 MB with ``--quick``): twice the reader's interleave cycle, so files are opened and
+finished while others are read, as on a real dataset. The same files are served by
+(:mod:`benchmarks.servers`):
 
-What it cannot show: GCS itself (its time to first byte, per-connection throughput, the
-bandwidth of a real network); the server, the proxy and TLS share this machine's cores with
-the reader.
+* a local GCS server over TLS, which TensorFlow's own ``gs://`` filesystem reads through a
+  CONNECT proxy (a new connection per request: about three round trips each);
+* SeaweedFS's S3 gateway, which the reader reaches through boto3 (kept-alive connections),
+
+each behind a relay that holds every round trip for 0, 20 or 50 ms, the servers and relays on a
+CPU budget of their own (``--server-cpus``; their CPU time is reported beside each variant). For
+each record size, one process runs every variant at every latency, alternating, after a warm-up:
+
+* ``reader_local``: the reader on local disk (the files in the page cache), for scale;
+* ``reader_gcs``: the reader on ``gs://``, its defaults (streamed by TensorFlow's filesystem);
+* ``raw_gcs``: the raw bytes of the same files through TensorFlow's filesystem, in 1 MiB chunks,
+  with the reader's interleave cycle, parallelism and read buffer, no TFRecord framing, no
+  parsing: the ceiling of any reader streaming ``gs://`` here;
+* ``reader_s3``: the reader on ``s3://``, its defaults (shards staged to local disk ahead of it);
+* ``raw_s3``: the same staging alone (the same downloads, ahead and in parallel the same way),
+  each copy deleted once complete, nothing read from it: the ceiling of the staged reader here.
+
+Rates are MB/s of shard bytes; the readers' start (to the first batch) is reported too, and the
+knobs the defaults were set from are measured at 0 and 50 ms (:data:`KNOBS`).
+
+What it cannot show: GCS and S3 themselves (time to first byte, per-connection throughput, a real
+network's bandwidth); the stand-ins run on this machine, bound by the CPU budget they are given.
 """
 
 from __future__ import annotations
@@ -28,71 +40,137 @@ import dataclasses
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from typing import Any
 
-from benchmarks.core import Part
+from benchmarks.core import BenchConfig, Drained, Part, Target, make_version, measure
 
 _LOG = logging.getLogger(__name__)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DELAYS_MS = (0, 20, 50)
-SHARDS = 4
-SHARD_MB = {False: 100.0, True: 25.0}  # by --quick
-VARIANTS = ("reader_local", "reader_gcs", "reader_gcs_autotune", "textbook_gcs", "fetch_gcs")
+#: Train shards per version: twice the reader's interleave cycle (16).
+SHARDS = 32
+SHARD_MB = {False: 50.0, True: 4.0}  # by --quick
+KINDS = ("small", "large")
+#: Raw reads fetch files in chunks of this many bytes.
+CHUNK = 1 << 20
+STORES = {"gcs": "gs://", "s3": "s3://"}
+#: Reader knobs measured against the defaults at 0 and 50 ms: name -> (store, ReaderConfig
+#: fields). What the defaults were set from.
+KNOBS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gcs cycle 8": ("gcs", {"cycle_length": 8}),
+    "gcs cycle 32": ("gcs", {"cycle_length": 32}),
+    "gcs reads AUTOTUNE": ("gcs", {"num_parallel_reads": -1}),
+    "gcs repeat after interleave": ("gcs", {"interleave_epochs": False}),
+    "s3 repeat after interleave": ("s3", {"interleave_epochs": False}),
+    "s3 1 file at once": ("s3", {"stage_files": 1}),
+    "s3 8 files at once": ("s3", {"stage_files": 8}),
+    "s3 2 parts at once": ("s3", {"stage_parts": 2}),
+    "s3 16 MiB parts": ("s3", {"stage_part_mb": 16}),
+    "s3 ahead 1": ("s3", {"stage_ahead": 1}),
+}
+KNOB_DELAYS_MS = (0, 50)
 
 
-def network_part(data_root: str, config: Any) -> dict[str, Any]:
-    """Every variant at every latency, on small and large records; examples per second."""
-    from benchmarks.core import make_version
+def _targets() -> tuple[Target, ...]:
+    out = []
+    for store in STORES.values():
+        for kind in KINDS:
+            at = f"reader {store} / reader {store} at 0 ms"
+            out.append(Target(at, True, 0.95, (f"network {kind}, 20 ms",)))
+            out.append(Target(at, True, 0.85, (f"network {kind}, 50 ms",)))
+        raw = f"reader {store} / raw bytes {store}"
+        out.append(Target(raw, True, 0.9, ("network large, 0 ms",)))
+    return tuple(out)
+
+
+#: Issue #37: the reader hides the network's latency, and gets what the stand-in delivers.
+TARGETS = _targets()
+
+
+def run(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
+    """Every variant at every latency, on small and large records."""
+    return {"network": network_part(data_root, config)}
+
+
+def network_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
+    """Every variant at every latency, on small and large records; MB/s of shard bytes."""
+    from benchmarks import servers
     from tfrecord_suite.io import storage
-
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from fakes.gcs_tls import local_gcs
 
     shard_mb = SHARD_MB[bool(config.quick)]
     versions = {
-        kind: make_version(data_root, kind, SHARDS, shard_mb, name=f"net-{kind}-{shard_mb:g}")
-        for kind in ("small", "large")
+        kind: make_version(
+            data_root, kind, SHARDS, shard_mb, name=f"net-{kind}-{SHARDS}x{shard_mb:g}"
+        )
+        for kind in KINDS
     }
-    out: dict[str, Any] = {"shard_mb": shard_mb, "shards": SHARDS, "delays_ms": list(DELAYS_MS)}
-    with tempfile.TemporaryDirectory(dir=data_root) as folder, local_gcs(folder) as gcs:
-        old = {k: os.environ.get(k) for k in gcs.python_env()}
-        os.environ.update(gcs.python_env())
+    out: dict[str, Any] = {
+        "shard_mb": shard_mb,
+        "shards": SHARDS,
+        "delays_ms": list(DELAYS_MS),
+        "knob_delays_ms": list(KNOB_DELAYS_MS),
+    }
+    with (
+        tempfile.TemporaryDirectory(dir=data_root) as folder,
+        servers.stores(folder, config.server_cpus) as stores,
+    ):
+        out["server_budget"] = stores.budget.description
+        remote = _upload(versions, stores)
+        env = {**os.environ, **stores.child_env(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        for kind, version in versions.items():
+            args = {
+                "local": version["uri"],
+                "gcs": remote["gcs"][kind],
+                "s3": remote["s3"][kind],
+                "delay_files": {"gcs": stores.gcs_delay_file, "s3": stores.s3_delay_file},
+                "usage_file": stores.budget.usage_file,
+                "batch_size": config.batch_size,
+                "runs": config.runs(),
+                "quick": bool(config.quick),
+            }
+            _LOG.info("network: %s records", kind)
+            out[kind] = _child(args, env)
         storage.reset_gcs_client()
-        try:
-            bucket = gcs.create_bucket("bench")
-            remote = {}
-            for kind, version in versions.items():
-                # the dataset's folder: the version's manifest and the batches it points to
-                dataset = os.path.dirname(version["uri"])
-                for info in storage.list_files(dataset):
-                    rel = storage.relative_to(info.uri, dataset)
-                    storage.copy(info.uri, f"{bucket}/{kind}/{rel}")
-                remote[kind] = f"{bucket}/{kind}/{os.path.basename(version['uri'])}"
-            for delay in DELAYS_MS:
-                gcs.proxy.delay_ms = delay
-                env = {**os.environ, **gcs.tensorflow_env()}
-                for kind, version in versions.items():
-                    _LOG.info("network: %s records, %d ms per round trip", kind, delay)
-                    out.setdefault(kind, {})[str(delay)] = _child(
-                        version["uri"], remote[kind], config, env
-                    )
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            storage.reset_gcs_client()
+        storage.reset_s3_client()
     return out
 
 
-def _child(local_uri: str, remote_uri: str, config: Any, env: dict[str, str]) -> dict[str, Any]:
+def _upload(versions: dict[str, dict], stores: Any) -> dict[str, dict[str, str]]:
+    """Copy each version's dataset folder (manifest and shard batches) to both stores."""
+    from tfrecord_suite.io import storage
+
+    old = {k: os.environ.get(k) for k in stores.upload_env}
+    os.environ.update(stores.upload_env)
+    storage.reset_gcs_client()
+    storage.reset_s3_client()
+    remote: dict[str, dict[str, str]] = {"gcs": {}, "s3": {}}
+    try:
+        for kind, version in versions.items():
+            dataset = os.path.dirname(version["uri"])
+            for store, bucket in (("gcs", stores.gcs_bucket), ("s3", stores.s3_bucket)):
+                for info in storage.list_files(dataset):
+                    rel = storage.relative_to(info.uri, dataset)
+                    storage.copy(info.uri, f"{bucket}/{kind}/{rel}")
+                remote[store][kind] = f"{bucket}/{kind}/{os.path.basename(version['uri'])}"
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        storage.reset_gcs_client()
+        storage.reset_s3_client()
+    return remote
+
+
+def _child(args: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """Run :func:`measure_child` in a process of its own; its results."""
-    args = {"local": local_uri, "remote": remote_uri, "batch_size": config.batch_size,
-            "runs": config.runs(), "quick": bool(config.quick)}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.network", json.dumps(args)],
         env=env, cwd=ROOT, capture_output=True, text=True, check=False,
@@ -102,108 +180,279 @@ def _child(local_uri: str, remote_uri: str, config: Any, env: dict[str, str]) ->
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure_child(args: dict[str, Any]) -> dict[str, Any]:
-    """The variants over the local and the ``gs://`` copy of one version, alternately."""
-    from benchmarks.core import QUICK_READ_EXAMPLES, measure
-    from benchmarks.read import ReadVariants
-    from tfrecord_suite.io import storage
-    from tfrecord_suite.registry.manifest import Manifest
-    from tfrecord_suite.train.reader import AUTOTUNE
+# ------------------------------------------------------------------------- the reader's process
 
-    manifest = Manifest.load(storage.read_text(storage.join(args["local"], "manifest.json")))
-    cap = QUICK_READ_EXAMPLES // args["batch_size"] if args["quick"] else None
-    local, remote = (
-        ReadVariants({"manifest": manifest, "uri": uri}, args["batch_size"], cap)
-        for uri in (args["local"], args["remote"])
-    )
-    autotune = dataclasses.replace(remote.reader_config, num_parallel_reads=AUTOTUNE)
 
-    def fetch(take: int | None = None) -> Any:
-        import tensorflow as tf
+class _Delays:
+    """Sets the latency of both relays (their delay files) before each variant runs."""
 
-        from benchmarks.core import _drain
+    def __init__(self, files: dict[str, str]):
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from fakes.delayproxy import SharedDelay
 
+        self._shared = [SharedDelay(f) for f in files.values()]
+
+    def at(self, delay: float, fn: Callable[..., Drained]) -> Callable[..., Drained]:
+        def run(take: int | None = None) -> Drained:
+            for shared in self._shared:
+                shared.ms = delay
+            return fn(take)
+
+        return run
+
+
+def _raw_gcs(
+    files: list[str], sizes: list[int], config: Any, layout: Any
+) -> Callable[..., Drained]:
+    """The files' bytes through TensorFlow's filesystem, as the reader fetches them, unparsed.
+
+    In 1 MiB chunks, each file's last partial MiB left out (a fixed-length reader's footer).
+    """
+    import tensorflow as tf
+
+    from benchmarks.core import _drain
+
+    chunks = sum(size // CHUNK for size in sizes)
+    tails = [size % CHUNK for size in sizes]
+
+    def run(take: int | None = None) -> Drained:
         ds = (
-            tf.data.Dataset.from_tensor_slices(remote.files)
+            tf.data.Dataset.from_tensor_slices((files, tf.constant(tails, tf.int64)))
             .interleave(
-                tf.data.TFRecordDataset,
-                cycle_length=len(remote.files),
-                num_parallel_calls=len(remote.files),
+                lambda f, tail: tf.data.FixedLengthRecordDataset(
+                    f, CHUNK, footer_bytes=tail, buffer_size=config.file_buffer_bytes
+                ),
+                cycle_length=layout.cycle,
+                num_parallel_calls=layout.reads,
                 deterministic=False,
             )
             .repeat()
-            .batch(remote.batch_size)
+            .batch(16)
             .prefetch(tf.data.AUTOTUNE)
         )
-        return _drain(ds.take(take or remote.batches).with_options(remote.options))
+        drained = _drain(ds.take(-(-(take or chunks) // 16)))
+        return Drained(drained.items * CHUNK, drained.steady_items * CHUNK, drained.steady_seconds)
 
-    chosen = {
-        "reader_local": local.reader,
-        "reader_gcs": remote.reader,
-        "reader_gcs_autotune": lambda take=None: remote.reader(take, config=autotune),
-        "textbook_gcs": remote.textbook,
-        "fetch_gcs": fetch,
-    }
-    warm = {k: (lambda fn=fn: fn(20)) for k, fn in chosen.items()}
-    results = measure(chosen, args["runs"], warm)
-    train = [s for s in manifest.shards if s["split"] == "train"]
-    record_bytes = sum(s["bytes"] for s in train) / max(1, sum(s["records"] for s in train))
-    return {"record_bytes": round(record_bytes), "variants": results}
+    return run
 
 
-def network_ratios(network: dict[str, Any]) -> dict[str, float]:
-    """``<kind>, <delay> ms: reader gs/local``, ``reader/textbook`` and ``default/autotune``."""
-    out: dict[str, float] = {}
-    for kind in ("small", "large"):
-        for delay, result in (network.get(kind) or {}).items():
-            v = {k: r["median_per_s"] for k, r in result["variants"].items()}
-            prefix = f"network {kind}, {delay} ms"
-            out[f"{prefix}: reader gs:// / reader local disk"] = v["reader_gcs"] / v["reader_local"]
-            out[f"{prefix}: reader / textbook, both on gs://"] = v["reader_gcs"] / v["textbook_gcs"]
-            out[f"{prefix}: reader default / num_parallel_reads AUTOTUNE"] = (
-                v["reader_gcs"] / v["reader_gcs_autotune"]
+def _raw_s3(files: list[str], config: Any, layout: Any) -> Callable[..., Drained]:
+    """The reader's staging alone: the same downloads, each copy deleted once complete."""
+    import tensorflow as tf
+
+    from tfrecord_suite.train import staging
+
+    def run(take: int | None = None) -> Drained:
+        stager = staging.Stager(
+            staging.StageConfig(
+                config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
             )
-            out[f"{prefix}: reader / fetch, both on gs://"] = v["reader_gcs"] / v["fetch_gcs"]
-            out[f"{prefix}: fetch gs:// / reader local disk"] = v["fetch_gcs"] / v["reader_local"]
+        )
+        tickets = staging.staged_files(
+            tf.data.Dataset.from_tensor_slices(files), stager, config.stage_ahead
+        )
+
+        def stat(path: Any) -> Any:
+            return tf.data.Dataset.from_tensors(path).map(
+                lambda p: tf.numpy_function(lambda x: os.path.getsize(x), [p], tf.int64)
+            )
+
+        ds = tickets.interleave(
+            lambda t: staging.staged_records(t, stager, stat, tf.constant(0, tf.int64)),
+            cycle_length=layout.cycle,
+            num_parallel_calls=layout.reads,
+            deterministic=False,
+        ).repeat()
+        n = take or len(files)
+        got, first, started = 0, 0, 0.0
+        for i, nbytes in enumerate(ds.take(n).as_numpy_iterator()):
+            got += int(nbytes)
+            if i == 0:
+                first, started = got, time.perf_counter()
+        seconds = time.perf_counter() - started
+        stager.close()
+        return Drained(got, got - first, seconds)
+
+    return run
+
+
+def measure_child(args: dict[str, Any]) -> dict[str, Any]:
+    """Every variant at every latency over the local, ``gs://`` and ``s3://`` copies."""
+    from benchmarks.core import QUICK_READ_EXAMPLES
+    from benchmarks.read import ReadVariants
+    from tfrecord_suite.io import storage
+    from tfrecord_suite.registry.manifest import Manifest
+    from tfrecord_suite.train.reader import _layout
+
+    manifest = Manifest.load(storage.read_text(storage.join(args["local"], "manifest.json")))
+    train = [s for s in manifest.shards if s["split"] == "train"]
+    epoch_bytes = sum(s["bytes"] for s in train)
+    sizes = [s["bytes"] for s in sorted(train, key=lambda s: s["index"])]  # as shard_uris
+    record_bytes = epoch_bytes / max(1, sum(s["records"] for s in train))
+    cap = QUICK_READ_EXAMPLES // args["batch_size"] if args["quick"] else None
+    readers = {
+        where: ReadVariants({"manifest": manifest, "uri": args[where]}, args["batch_size"], cap)
+        for where in ("local", "gcs", "s3")
+    }
+    config = readers["gcs"].reader_config
+    layout = _layout(readers["gcs"].files, config, None, "", True)
+    delays = _Delays(args["delay_files"])
+    examples = {"reader_local": readers["local"].reader}
+    raw: dict[str, Callable[..., Drained]] = {}
+    for delay in DELAYS_MS:
+        for store in STORES:
+            examples[f"reader_{store} {delay} ms"] = delays.at(delay, readers[store].reader)
+        raw[f"raw_gcs {delay} ms"] = delays.at(
+            delay, _raw_gcs(readers["gcs"].files, sizes, config, layout)
+        )
+        raw[f"raw_s3 {delay} ms"] = delays.at(delay, _raw_s3(readers["s3"].files, config, layout))
+    for name, (store, fields) in KNOBS.items():
+        knob = dataclasses.replace(config, **fields)
+        for delay in KNOB_DELAYS_MS:
+
+            def read(take: int | None = None, r: Any = readers[store], c: Any = knob) -> Drained:
+                return r.reader(take, config=c)
+
+            examples[f"{name} {delay} ms"] = delays.at(delay, read)
+    variants, server_cpu = _with_server_cpu({**examples, **raw}, args["usage_file"])
+    warm = {k: (lambda fn=fn, n=20 if k in examples else 2: fn(n)) for k, fn in variants.items()}
+    results = measure(variants, args["runs"], warm)
+    out = {}
+    for name, r in results.items():
+        scale = record_bytes if name in examples else 1.0  # examples or bytes -> MB
+        out[name] = {
+            "mb_per_s": r["median_per_s"] * scale / 1e6,
+            "runs_mb_per_s": [x * scale / 1e6 for x in r["runs_per_s"]],
+            "start_s": r["median_start_s"],
+            "server_cpu": statistics.median(server_cpu[name]) if server_cpu[name] else None,
+        }
+    return {"record_bytes": round(record_bytes), "epoch_bytes": epoch_bytes, "variants": out}
+
+
+def _with_server_cpu(
+    variants: dict[str, Callable[..., Drained]], usage_file: str
+) -> tuple[dict[str, Callable[[], Drained]], dict[str, list[float]]]:
+    """Each variant, also measuring the CPUs the servers used while it ran (CPU s / wall s)."""
+    from benchmarks.servers import cpu_seconds
+
+    used: dict[str, list[float]] = {k: [] for k in variants}
+
+    def wrapped(name: str, fn: Callable[..., Drained]) -> Callable[..., Drained]:
+        def run(take: int | None = None) -> Drained:
+            cpu, wall = cpu_seconds(usage_file), time.perf_counter()
+            out = fn(take)
+            if usage_file and take is None:
+                used[name].append((cpu_seconds(usage_file) - cpu) / (time.perf_counter() - wall))
+            return out
+
+        return run
+
+    return {k: wrapped(k, fn) for k, fn in variants.items()}, used
+
+
+# --------------------------------------------------------------------------------------- report
+
+
+def _mb(network: dict[str, Any], kind: str, name: str) -> float:
+    return network[kind]["variants"][name]["mb_per_s"]
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float]:
+    """Each store's reader against itself at 0 ms, and against its raw-bytes ceiling."""
+    network = results.get("network") or {}
+    out: dict[str, float] = {}
+    for kind in KINDS:
+        if kind not in network:
+            continue
+        for delay in network["delays_ms"]:
+            prefix = f"network {kind}, {delay} ms"
+            for store, scheme in STORES.items():
+                reader = _mb(network, kind, f"reader_{store} {delay} ms")
+                if delay:
+                    base = _mb(network, kind, f"reader_{store} 0 ms")
+                    out[f"{prefix}: reader {scheme} / reader {scheme} at 0 ms"] = reader / base
+                raw = _mb(network, kind, f"raw_{store} {delay} ms")
+                out[f"{prefix}: reader {scheme} / raw bytes {scheme}"] = reader / raw
     return out
 
 
-def network_tables(network: dict[str, Any]) -> list[str]:
-    """Markdown: examples per second of every variant at every latency."""
+def tables(results: dict[str, Any]) -> list[str]:
+    """Markdown: MB/s of every variant at every latency, and the knobs."""
+    network = results.get("network")
     if not network:
         return []
     lines = [
-        f"**Read over the network** (4 train shards of ~{network['shard_mb']:g} MB, on local "
-        "disk and on a local GCS server through TensorFlow's own gs:// filesystem, with the "
-        "latency per round trip injected; examples/s)",
+        f"**Read over the network** ({network['shards']} train shards of "
+        f"~{network['shard_mb']:g} MB; gs:// is a local GCS server over TLS read by TensorFlow's "
+        "own filesystem, s3:// is SeaweedFS read through the reader's staging; the latency is "
+        f"held per round trip; servers' CPU budget: {network['server_budget']}; MB/s of shard "
+        "bytes, the readers' time to the first batch in brackets)",
         "",
-        "| records | latency | " + " | ".join(VARIANTS) + " | gs:// / local |",
-        "|---|---:|" + "---:|" * (len(VARIANTS) + 1),
+        "| records | latency | reader gs:// | raw gs:// | reader s3:// | raw s3:// "
+        "| servers' CPUs (reader gs:// / s3://) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for kind in ("small", "large"):
-        for delay, result in (network.get(kind) or {}).items():
-            v = {k: r["median_per_s"] for k, r in result["variants"].items()}
-            cells = " | ".join(f"{v[k]:,.0f}" for k in VARIANTS)
+    for kind in KINDS:
+        if kind not in network:
+            continue
+        v = network[kind]["variants"]
+        for delay in network["delays_ms"]:
+
+            def cell(name: str, v: dict = v, delay: int = delay) -> str:
+                m = v[f"{name} {delay} ms"]
+                start = f" ({1000 * m['start_s']:,.0f} ms)" if name.startswith("reader") else ""
+                return f"{m['mb_per_s']:,.0f}{start}"
+
+            cpus = " / ".join(
+                "" if v[f"reader_{s} {delay} ms"]["server_cpu"] is None
+                else f"{v[f'reader_{s} {delay} ms']['server_cpu']:.2f}"
+                for s in STORES
+            )  # fmt: skip
             lines.append(
-                f"| {kind} (~{result['record_bytes']:,} B) | {delay} ms | {cells} | "
-                f"{v['reader_gcs'] / v['reader_local']:.2f} |"
+                f"| {kind} (~{network[kind]['record_bytes']:,} B) | {delay} ms | "
+                f"{cell('reader_gcs')} | {cell('raw_gcs')} | {cell('reader_s3')} | "
+                f"{cell('raw_s3')} | {cpus} |"
             )
+    lines += ["", _local_line(network), ""]
+    lines += _knob_table(network)
+    return lines
+
+
+def _local_line(network: dict[str, Any]) -> str:
+    local = ", ".join(
+        f"{kind} {network[kind]['variants']['reader_local']['mb_per_s']:,.0f} MB/s"
+        for kind in KINDS
+        if kind in network
+    )
+    return f"The reader on local disk (the same files in the page cache): {local}."
+
+
+def _knob_table(network: dict[str, Any]) -> list[str]:
+    delays = network.get("knob_delays_ms") or []
+    kinds = [k for k in KINDS if k in network]
+    if not delays or not kinds:
+        return []
+    header = " | ".join(f"{kind}, {d} ms" for kind in kinds for d in delays)
+    lines = [
+        "**Reader knobs over the network** (MB/s relative to the reader's defaults on the same "
+        "store at the same latency)",
+        "",
+        f"| knob | {header} |",
+        "|---|" + "---:|" * (len(kinds) * len(delays)),
+    ]
+    for name, (store, _) in KNOBS.items():
+        cells = []
+        for kind in kinds:
+            v = network[kind]["variants"]
+            for d in delays:
+                m = v.get(f"{name} {d} ms")
+                base = v[f"reader_{store} {d} ms"]["mb_per_s"]
+                cells.append("" if m is None else f"{m['mb_per_s'] / base:.2f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
-def _run(data_root: str, root: str, config: Any) -> dict[str, Any]:
-    return {"network": network_part(data_root, config)}
-
-
-def _tables(results: dict[str, Any]) -> list[str]:
-    return network_tables(results.get("network") or {})
-
-
-def _ratios(results: dict[str, Any]) -> dict[str, float]:
-    return network_ratios(results["network"]) if results.get("network") else {}
-
-
-PART = Part("network", ("network",), _run, _ratios, _tables)
+PART = Part("network", ("network",), run, ratios, tables, targets=TARGETS)
 
 
 if __name__ == "__main__":

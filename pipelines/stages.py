@@ -17,8 +17,8 @@ from tfrecord_suite.kfp.steps import Steps
 #: Every ready pipeline's parameters, described once (the compiled YAML carries these
 #: descriptions, and the Kubeflow UI shows them beside each parameter).
 PARAMETERS = {
-    "input_uri": "Raw data: a file, folder, glob or gs:// prefix.",
-    "registry_root": "Dataset registry root (a folder, or a gs:// prefix on a cluster).",
+    "input_uri": "Raw data: a file, folder, glob, or a gs:// or s3:// prefix.",
+    "registry_root": "Dataset registry root (a folder, or a gs:// or s3:// prefix on a cluster).",
     "dataset_name": "Dataset name in the registry.",
     "dataset_ref": "The dataset version to train on: <registry root>/<dataset>@<selector>, "
     "the selector an exact version (1.2.0), a partial one (1, 1.2) or an alias (latest, stable).",

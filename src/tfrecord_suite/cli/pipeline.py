@@ -25,7 +25,9 @@ def _run_human(r: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.option("--input", "input_uri", required=True, help="Raw data: file, folder, glob or gs://.")
+@click.option(
+    "--input", "input_uri", required=True, help="Raw data: file, folder, glob, gs:// or s3://."
+)
 @click.option(
     "--format",
     "input_format",

@@ -32,7 +32,7 @@ def _parse_ref(ref: str) -> tuple[Any, str, Any]:
 
 @version.command("publish")
 @click.option("--staged", required=True, help="A shard step's output folder.")
-@click.option("--registry", "root", required=True, help="Registry root (folder or gs://).")
+@click.option("--registry", "root", required=True, help="Registry root (folder, gs:// or s3://).")
 @click.option("--dataset", required=True, help="Dataset name.")
 @click.option(
     "--bump",

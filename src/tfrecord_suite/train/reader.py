@@ -120,6 +120,10 @@ class ReaderConfig:
         stage_ahead: Shards whose download starts before the interleave opens them.
         stage_part_mb: MiB per ranged GET when staging.
         stage_parts: Ranged GETs of one shard at once when staging.
+        interleave_epochs: With ``repeat``, the file list repeats before the interleave, so
+            the next epoch's files open while this epoch's last ones are read. Off: the records
+            repeat after the interleave, and each epoch ends when its last file is read: the
+            cycle drains, then opens anew (on a remote store, its latency paid again).
 
     """
 
@@ -150,6 +154,7 @@ class ReaderConfig:
     stage_ahead: int = 4
     stage_part_mb: int = 8
     stage_parts: int = 8
+    interleave_epochs: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -523,6 +528,7 @@ class _Layout:
         shard_records: ``(pipelines, index)`` when blocks, not files, are sharded (DATA policy).
         reads: Files read in parallel (``num_parallel_reads`` resolved).
         pipeline: This input pipeline's index (0 without an input context).
+        repeat_files: The file list repeats before the interleave (``interleave_epochs``).
 
     """
 
@@ -533,6 +539,7 @@ class _Layout:
     shard_records: tuple[int, int] | None
     reads: int = AUTOTUNE
     pipeline: int = 0
+    repeat_files: bool = False
 
 
 def make_dataset(
@@ -602,6 +609,8 @@ def make_dataset(
         raise UserError(
             "cache with an input service: the workers decode every pass; cache or serve, not both"
         )
+    if service:  # each service worker repeats its own share of the files
+        layout = dataclasses.replace(layout, repeat_files=False)
     ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
     stager = None
     if config.stages(files):
@@ -674,7 +683,12 @@ def _layout(
         remote = any("://" in f for f in files)
         reads = max(cycle, 1) if remote and cycle != AUTOTUNE else AUTOTUNE
     pipeline = input_context.input_pipeline_id if input_context is not None else 0
-    return _Layout(block, window, shuffle_records, cycle, shard_records, reads, pipeline)
+    repeat_files = (
+        config.repeat and config.interleave_epochs and not config.cache and shard_records is None
+    )
+    return _Layout(
+        block, window, shuffle_records, cycle, shard_records, reads, pipeline, repeat_files
+    )
 
 
 def _file_stage(
@@ -705,6 +719,9 @@ def _file_stage(
         ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
     if by_file and not served:
         ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if layout.repeat_files:
+        # reshuffled on every pass; the interleave never drains at an epoch's end
+        ds = ds.repeat()
     return ds
 
 
@@ -748,7 +765,7 @@ def _read_stage(
     )
     if layout.shard_records is not None:
         ds = ds.shard(*layout.shard_records)
-    if config.repeat and not config.cache:
+    if config.repeat and not config.cache and not layout.repeat_files:
         # repeating before batching means no partial batch ever reaches the model, so the step
         # function is traced once and batch shapes stay static
         ds = ds.repeat()

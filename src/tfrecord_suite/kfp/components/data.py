@@ -20,7 +20,7 @@ def fingerprint(input_uri: str) -> str:
     key of the shard step that takes it follow the data, not only the URI.
 
     Args:
-        input_uri: Raw data: a file, a folder, a glob or a gs:// prefix.
+        input_uri: Raw data: a file, a folder, a glob, or a gs:// or s3:// prefix.
 
     Returns:
         Output: The sha256 digest (hex) over every file's name, size and content checksum
@@ -63,8 +63,9 @@ def shard(
 
     Args:
         input_uri: Raw data: a CSV/TSV, JSON-lines, Parquet or text file, an image folder
-            (one sub-folder per class), a glob or a gs:// prefix.
-        registry_root: Dataset registry root (a folder, or a gs:// prefix on a cluster).
+            (one sub-folder per class), a glob, or a gs:// or s3:// prefix.
+        registry_root: Dataset registry root (a folder, or a gs:// or s3:// prefix on a
+            cluster).
         dataset_name: Dataset name in the registry.
         fingerprint: The fingerprint step's digest of input_uri; the step refuses input that
             changed since, and Kubeflow's cache key then follows the data. Empty: not checked.
