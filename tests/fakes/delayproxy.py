@@ -156,9 +156,9 @@ class DelayProxy:
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
         if rest:
             up.sendall(rest)
-        # with CONNECT the client's first turn (its TLS hello) follows the tunnel's answer: a
-        # round trip of its own; a plain connection's first request rode on the handshake's
-        spoke = {"server": self.connect}
+        # the client's first turn (its TLS hello after the tunnel's answer, or its first
+        # request after the handshake) is a round trip of its own
+        spoke = {"server": True}
         down = threading.Thread(target=self._pump, args=(up, conn, spoke, False), daemon=True)
         down.start()
         self._pump(conn, up, spoke, True)

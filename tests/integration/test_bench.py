@@ -340,3 +340,80 @@ def test_every_part_is_a_module_of_its_own_around_the_core():
         if module == "benchmarks.core":
             assert loaded == ["benchmarks.core"]
         assert "benchmarks.run" not in loaded, module
+
+
+def _network_results():
+    from benchmarks import network
+
+    def variant(mb, start=0.5, cpu=0.8):
+        return {"mb_per_s": mb, "runs_mb_per_s": [mb], "start_s": start, "server_cpu": cpu}
+
+    kinds = {}
+    for kind, times in (("small", 1.0), ("large", 2.0)):
+        v = {"reader_local": variant(1000.0 * times)}
+        for delay, keep in ((0, 1.0), (20, 0.96), (50, 0.8)):
+            v[f"reader_gcs {delay} ms"] = variant(100.0 * times * keep)
+            v[f"raw_gcs {delay} ms"] = variant(110.0 * times * keep)
+            v[f"reader_s3 {delay} ms"] = variant(200.0 * times * keep)
+            v[f"raw_s3 {delay} ms"] = variant(250.0 * times * keep)
+        for name in network.KNOBS:
+            for delay in network.KNOB_DELAYS_MS:
+                v[f"{name} {delay} ms"] = variant(50.0)
+        kinds[kind] = {"record_bytes": 611 if kind == "small" else 100061, "variants": v}
+    return {"shard_mb": 50.0, "shards": 32, "delays_ms": [0, 20, 50], "knob_delays_ms": [0, 50],
+            "server_budget": "1 CPU (cgroup CPU quota) for the servers and the relays", **kinds}  # fmt: skip
+
+
+def test_network_ratios_hold_each_store_to_itself_at_0_ms_and_to_its_raw_bytes():
+    results = _results()
+    results["network"] = _network_results()
+    results["ratios"] = r = run.ratios(results)
+    assert r["network large, 20 ms: reader gs:// / reader gs:// at 0 ms"] == pytest.approx(0.96)
+    assert r["network small, 50 ms: reader s3:// / reader s3:// at 0 ms"] == pytest.approx(0.8)
+    assert r["network large, 0 ms: reader gs:// / raw bytes gs://"] == pytest.approx(100 / 110)
+    assert "network small, 0 ms: reader gs:// / reader gs:// at 0 ms" not in r
+    text = run.markdown(results)
+    assert (
+        "| network large, 20 ms: reader gs:// / reader gs:// at 0 ms | 0.96 | >= 0.95 | yes |"
+        in (text)
+    )
+    assert (
+        "| network small, 50 ms: reader gs:// / reader gs:// at 0 ms | 0.80 | >= 0.85 | **no** |"
+        in (text)
+    )
+    assert "| network large, 0 ms: reader gs:// / raw bytes gs:// | 0.91 | >= 0.9 | yes |" in text
+    assert (
+        "| network large, 0 ms: reader s3:// / raw bytes s3:// | 0.80 | >= 0.9 | **no** |" in text
+    )
+    assert (
+        "| large (~100,061 B) | 50 ms | 160 (500 ms) | 176 | 320 (500 ms) | 400 | 0.80 / 0.80 |"
+        in (text)
+    )
+    assert "The reader on local disk (the same files in the page cache): small 1,000 MB/s" in text
+    assert "| gcs cycle 32 | 0.50 | 0.62 | 0.25 | 0.31 |" in text  # against the default
+
+
+def test_delay_relay_holds_each_round_trip_from_a_shared_file(tmp_path):
+    """The plain relay in front of an HTTP server: a request on a new connection costs the
+    connection's delay and the request's (at least: sleeping guarantees no less)."""
+    import http.server
+    import threading
+    import urllib.request
+
+    from fakes.delayproxy import DelayProxy, SharedDelay
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    shared = SharedDelay(str(tmp_path / "delay"))
+    try:
+        with DelayProxy(server.server_address, connect=False, delay_file=shared.path) as relay:
+            for delay in (0.0, 150.0):
+                shared.ms = delay  # set from "another process": through the file
+                started = time.perf_counter()
+                with urllib.request.urlopen(relay.url + "/", timeout=10) as answer:
+                    assert answer.status == 200
+                assert time.perf_counter() - started >= 2 * delay / 1000
+            assert relay.stats["tunnels"] == 2 and relay.stats["bytes_down"] > 0
+    finally:
+        server.shutdown()
+        shared.close()
