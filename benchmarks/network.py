@@ -67,12 +67,13 @@ KNOBS: dict[str, tuple[str, dict[str, Any]]] = {
     "gcs cycle 32": ("gcs", {"cycle_length": 32}),
     "gcs reads AUTOTUNE": ("gcs", {"num_parallel_reads": -1}),
     "gcs repeat after interleave": ("gcs", {"interleave_epochs": False}),
-    "s3 repeat after interleave": ("s3", {"interleave_epochs": False}),
+    "s3 cycle 8": ("s3", {"cycle_length": 8}),
     "s3 1 file at once": ("s3", {"stage_files": 1}),
     "s3 8 files at once": ("s3", {"stage_files": 8}),
     "s3 2 parts at once": ("s3", {"stage_parts": 2}),
     "s3 16 MiB parts": ("s3", {"stage_part_mb": 16}),
     "s3 ahead 1": ("s3", {"stage_ahead": 1}),
+    "s3 repeat after interleave": ("s3", {"interleave_epochs": False}),
 }
 KNOB_DELAYS_MS = (0, 50)
 
@@ -171,12 +172,13 @@ def _upload(versions: dict[str, dict], stores: Any) -> dict[str, dict[str, str]]
 
 def _child(args: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """Run :func:`measure_child` in a process of its own; its results."""
+    # its progress (the variants' rates as they come) goes to this process's stderr
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.network", json.dumps(args)],
-        env=env, cwd=ROOT, capture_output=True, text=True, check=False,
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
-        raise RuntimeError(f"network bench child failed:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"network bench child failed ({proc.returncode}); see its log above")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -334,6 +336,7 @@ def _with_server_cpu(
 ) -> tuple[dict[str, Callable[[], Drained]], dict[str, list[float]]]:
     """Each variant, also measuring the CPUs the servers used while it ran (CPU s / wall s)."""
     from benchmarks.servers import cpu_seconds
+    from tfrecord_suite.train import staging
 
     used: dict[str, list[float]] = {k: [] for k in variants}
 
@@ -343,6 +346,8 @@ def _with_server_cpu(
             out = fn(take)
             if usage_file and take is None:
                 used[name].append((cpu_seconds(usage_file) - cpu) / (time.perf_counter() - wall))
+            # the staged copies a drain stopped early left (those it had staged ahead)
+            staging.release_idle(0.0)
             return out
 
         return run
@@ -456,6 +461,7 @@ PART = Part("network", ("network",), run, ratios, tables, targets=TARGETS)
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("benchmarks").setLevel(logging.INFO)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     print(json.dumps(measure_child(json.loads(sys.argv[1]))))

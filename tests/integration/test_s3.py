@@ -10,10 +10,12 @@ filesystem, the version step publishing, and the train step reading there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -227,6 +229,21 @@ def test_reader_stages_s3_shards_and_deletes_each_copy_once_read(tmp_path, s3_bu
     assert values(make_dataset(files, schema, config, training=False)) == expected
     (folder,) = stage.iterdir()  # the stager's own folder: every copy gone once read
     assert list(folder.iterdir()) == []
+
+    # an input stopped early leaves its copies until released; released copies of an input
+    # that goes on after all are fetched again
+    from tfrecord_suite.train import staging
+
+    endless = dataclasses.replace(config, repeat=True, shuffle_buffer=0)
+    iterator = iter(make_dataset(files, schema, endless, training=False))
+    got = [float(v) for v in tf.reshape(next(iterator)[0]["x"], [-1]).numpy()]
+    time.sleep(1.0)  # the stager runs ahead
+    assert [p for d in stage.iterdir() for p in d.iterdir()]  # staged ahead, or being read
+    staging.release_idle(0.0)
+    assert [p for d in stage.iterdir() for p in d.iterdir() if p.is_file()] == []
+    for _ in range(2 * 400 // 32):
+        got += [float(v) for v in tf.reshape(next(iterator)[0]["x"], [-1]).numpy()]
+    assert set(got) <= set(expected) and len(got) == 32 * (1 + 2 * 400 // 32)
     repeated = ReaderConfig(batch_size=40, repeat=True, shuffle_buffer=0, stage_dir=str(stage))
     two_epochs = []  # files shuffled anew each epoch, a file staged twice at once apart
     for x, _ in make_dataset(files, schema, repeated).take(2 * 400 // 40):

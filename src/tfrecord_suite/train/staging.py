@@ -17,6 +17,12 @@ In the ``tf.data`` graph (:func:`staged_files`, :func:`staged_records`)::
 The tickets keep a file that one epoch reads while the next one starts it apart. The functions
 are Python (``tf.numpy_function``), called once per shard, so a pipeline with them cannot be
 shipped to a tf.data service.
+
+An input abandoned before its end (``take``, an early stop) leaves no copy behind for long: a
+stager that nothing has called for :data:`IDLE_SECONDS` gives up its copies as soon as another
+one starts a download (a copy already opened stays readable until closed, and one not yet
+handed out is fetched again if it is ever asked for), and the folder goes with the stager or the
+process.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from typing import Any
 from tfrecord_suite.io import storage
 
 _LOG = logging.getLogger(__name__)
+#: A stager nothing called for this long gives up its copies when another one needs the disk.
+IDLE_SECONDS = 30.0
+_LIVE: weakref.WeakSet[Stager] = weakref.WeakSet()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,23 +77,31 @@ class Stager:
         self.config = config
         self.folder = tempfile.mkdtemp(prefix="tfrs-stage-", dir=config.folder or None)
         self._pool = ThreadPoolExecutor(config.files, thread_name_prefix="tfrs-stage")
-        self._jobs: dict[int, tuple[Future, str]] = {}
+        self._jobs: dict[int, tuple[Future, str, str]] = {}
         self._lock = threading.Lock()
         self._tickets = itertools.count()
-        #: Shards staged, their bytes, and the seconds readers waited for a copy.
-        self.stats = {"staged": 0, "bytes": 0, "wait_s": 0.0}
+        #: Shards staged, their bytes, the seconds readers waited for a copy, copies fetched
+        #: again after they were given up.
+        self.stats = {"staged": 0, "bytes": 0, "wait_s": 0.0, "fetched_again": 0}
+        self._used = time.monotonic()
         weakref.finalize(self, _clean_up, self._pool, self.folder)
+        _LIVE.add(self)
 
     def start(self, uri: bytes | str) -> int:
         """Start downloading ``uri``; the ticket to :meth:`wait` for it with."""
         uri = uri.decode() if isinstance(uri, bytes) else str(uri)
+        self._used = time.monotonic()
+        release_idle(IDLE_SECONDS, keep=self)
         ticket = next(self._tickets)
         path = os.path.join(self.folder, f"{ticket:09d}-{storage.basename(uri)}")
-        c = self.config
-        future = self._pool.submit(storage.download, uri, path, c.parts, c.part_mb)
+        future = self._pool.submit(self._download, uri, path)
         with self._lock:
-            self._jobs[ticket] = (future, path)
+            self._jobs[ticket] = (future, path, uri)
         return ticket
+
+    def _download(self, uri: str, path: str) -> None:
+        c = self.config
+        storage.download(uri, path, c.parts, c.part_mb)
 
     def wait(self, ticket: Any) -> bytes:
         """The local path of the ticket's shard, once its copy is complete.
@@ -93,10 +110,15 @@ class Stager:
             Exception: The download's error (the URI is in its message).
 
         """
+        self._used = time.monotonic()
         with self._lock:
-            future, path = self._jobs[int(ticket)]
+            future, path, uri = self._jobs[int(ticket)]
         started = time.perf_counter()
         future.result()
+        if not os.path.exists(path):  # given up while this stager was idle: fetch it again
+            self._download(uri, path)
+            self.stats["fetched_again"] += 1
+        self._used = time.monotonic()
         with self._lock:
             self.stats["wait_s"] += time.perf_counter() - started
             self.stats["staged"] += 1
@@ -105,16 +127,39 @@ class Stager:
 
     def done(self, ticket: Any) -> int:
         """Delete the ticket's copy: its last record has been read (the reader holds it open)."""
+        self._used = time.monotonic()
         with self._lock:
-            _, path = self._jobs.pop(int(ticket), (None, ""))
+            _, path, _ = self._jobs.pop(int(ticket), (None, "", ""))
         if path:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
         return int(ticket)
 
+    def _give_up_copies(self) -> None:
+        """Delete every complete copy (an input left idle, likely abandoned)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for future, path, _ in jobs:
+            if future.done():
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+
     def close(self) -> None:
         """Stop downloading and delete the folder now."""
         _clean_up(self._pool, self.folder)
+
+
+def release_idle(seconds: float = IDLE_SECONDS, keep: Stager | None = None) -> None:
+    """Delete the complete copies of every stager nothing called for ``seconds`` (but ``keep``).
+
+    Safe at any time: a copy already opened stays readable, one not yet handed out is fetched
+    again if it is asked for. With 0, between inputs that are done (the bench does so between
+    variants), it frees every copy an input stopped early left.
+    """
+    now = time.monotonic()
+    for stager in list(_LIVE):
+        if stager is not keep and now - stager._used >= seconds:
+            stager._give_up_copies()
 
 
 def _clean_up(pool: ThreadPoolExecutor, folder: str) -> None:
