@@ -288,6 +288,8 @@ class Drained:
         steady_seconds: The seconds from the first batch to the end.
         seconds: The whole drain's seconds when timed elsewhere (another process); None: the
             caller times it.
+        first_seconds: The seconds to the first batch when the steady part starts later (see
+            :func:`_drain_window`); None: the steady part starts at the first batch.
 
     """
 
@@ -295,6 +297,7 @@ class Drained:
     steady_items: int
     steady_seconds: float
     seconds: float | None = None
+    first_seconds: float | None = None
 
 
 def measure(
@@ -330,7 +333,8 @@ def measure(
                 out.steady_items / out.steady_seconds if steady else out.items / seconds
             )
             whole[name].append(out.items / seconds)
-            starts[name].append(seconds - out.steady_seconds if steady else 0.0)
+            start = seconds - out.steady_seconds if steady else 0.0
+            starts[name].append(out.first_seconds if out.first_seconds is not None else start)
             _LOG.info("%s: %.0f items/s", name, samples[name][-1])
     return {
         k: {
@@ -387,6 +391,43 @@ def _timed_after_first_batch(ds: Any, count_rest: Callable[[Any], int]) -> Drain
     started = time.perf_counter()
     rest = count_rest(iterator)
     return Drained(int(_first_tensor(first).shape[0]) + rest, rest, time.perf_counter() - started)
+
+
+def _count_some(iterator: Any, batches: int) -> int:
+    """Examples in the next ``batches`` batches of a tf.data iterator (in one ``tf.function``)."""
+    key = "some " + repr(iterator.element_spec)
+    if key not in _COUNTERS:
+        import tensorflow as tf
+
+        @tf.function
+        def count(iterator: Any, batches: Any) -> Any:
+            n = tf.constant(0, tf.int64)
+            for _ in tf.range(batches):
+                n += _batch_rows(iterator.get_next())
+            return n
+
+        _COUNTERS[key] = count
+    return int(_COUNTERS[key](iterator, batches))
+
+
+def _drain_window(ds: Any, untimed: int) -> Drained:
+    """Like :func:`_drain`, the steady rate timed only after ``untimed`` more batches.
+
+    For inputs that fill deep buffers before their first batch (whole remote files in flight):
+    timed from the first batch, the data already buffered then would count as read in no time.
+    The time to the first batch is kept as the start.
+    """
+    started = time.perf_counter()
+    iterator = iter(ds)
+    first = next(iterator, None)
+    if first is None:
+        return Drained(0, 0, 0.0)
+    first_seconds = time.perf_counter() - started
+    skipped = _count_some(iterator, untimed) if untimed else 0
+    timed = time.perf_counter()
+    rest = _count_rest(iterator)
+    items = int(_first_tensor(first).shape[0]) + skipped + rest
+    return Drained(items, rest, time.perf_counter() - timed, first_seconds=first_seconds)
 
 
 def _drain(ds: Any) -> Drained:

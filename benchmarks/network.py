@@ -37,6 +37,7 @@ network's bandwidth); the stand-ins run on this machine, bound by the CPU budget
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -47,6 +48,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from benchmarks.core import BenchConfig, Drained, Part, Target, make_version, measure
 
@@ -65,15 +68,12 @@ STORES = {"gcs": "gs://", "s3": "s3://"}
 KNOBS: dict[str, tuple[str, dict[str, Any]]] = {
     "gcs cycle 8": ("gcs", {"cycle_length": 8}),
     "gcs cycle 32": ("gcs", {"cycle_length": 32}),
-    "gcs reads AUTOTUNE": ("gcs", {"num_parallel_reads": -1}),
     "gcs repeat after interleave": ("gcs", {"interleave_epochs": False}),
     "s3 cycle 8": ("s3", {"cycle_length": 8}),
     "s3 1 file at once": ("s3", {"stage_files": 1}),
     "s3 8 files at once": ("s3", {"stage_files": 8}),
     "s3 2 parts at once": ("s3", {"stage_parts": 2}),
-    "s3 16 MiB parts": ("s3", {"stage_part_mb": 16}),
     "s3 ahead 1": ("s3", {"stage_ahead": 1}),
-    "s3 repeat after interleave": ("s3", {"interleave_epochs": False}),
 }
 KNOB_DELAYS_MS = (0, 50)
 
@@ -107,7 +107,11 @@ def network_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
     shard_mb = SHARD_MB[bool(config.quick)]
     versions = {
         kind: make_version(
-            data_root, kind, SHARDS, shard_mb, name=f"net-{kind}-{SHARDS}x{shard_mb:g}"
+            data_root,
+            kind,
+            SHARDS,
+            shard_mb,
+            name=f"net-{kind}-{SHARDS}x{round(shard_mb * 1000)}kb",
         )
         for kind in KINDS
     }
@@ -134,6 +138,9 @@ def network_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
                 "batch_size": config.batch_size,
                 "runs": config.runs(),
                 "quick": bool(config.quick),
+                "delays_ms": list(DELAYS_MS),
+                "knobs": list(KNOBS),
+                "knob_delays_ms": list(KNOB_DELAYS_MS),
             }
             _LOG.info("network: %s records", kind)
             out[kind] = _child(args, env)
@@ -203,84 +210,79 @@ class _Delays:
         return run
 
 
-def _raw_gcs(
-    files: list[str], sizes: list[int], config: Any, layout: Any
-) -> Callable[..., Drained]:
-    """The files' bytes through TensorFlow's filesystem, as the reader fetches them, unparsed.
+def _chunks(path: Any, tail: Any, chunk: int, config: Any) -> Any:
+    """A file's bytes in chunks of ``chunk`` bytes through TensorFlow's filesystem, unparsed.
 
-    In 1 MiB chunks, each file's last partial MiB left out (a fixed-length reader's footer).
+    Its last partial MiB (``tail`` bytes) is left out (a fixed-length reader's footer).
     """
     import tensorflow as tf
 
-    from benchmarks.core import _drain
+    return tf.data.FixedLengthRecordDataset(
+        path, chunk, footer_bytes=tail, buffer_size=config.file_buffer_bytes
+    )
 
-    chunks = sum(size // CHUNK for size in sizes)
-    tails = [size % CHUNK for size in sizes]
+
+def _raw(
+    files: list[str], sizes: list[int], config: Any, layout: Any, staged: bool
+) -> Callable[..., Drained]:
+    """The files' raw bytes fetched as the reader fetches them, in 1 MiB chunks, unparsed.
+
+    Through TensorFlow's filesystem (``gs://``), or through the reader's staging and then its
+    local copy (``s3://``), with the reader's interleave cycle, parallelism and read buffer.
+    """
+    import tensorflow as tf
+
+    from benchmarks.core import _drain, _drain_window
+    from tfrecord_suite.train import staging
+
+    chunk = max(1, min(CHUNK, *sizes))  # every file holds one at least
+    chunks = sum(size // chunk for size in sizes)
 
     def run(take: int | None = None) -> Drained:
-        ds = (
-            tf.data.Dataset.from_tensor_slices((files, tf.constant(tails, tf.int64)))
-            .interleave(
-                lambda f, tail: tf.data.FixedLengthRecordDataset(
-                    f, CHUNK, footer_bytes=tail, buffer_size=config.file_buffer_bytes
-                ),
+        names = tf.data.Dataset.from_tensor_slices(files).repeat()
+        if staged:
+            stager = staging.Stager(
+                staging.StageConfig(
+                    config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
+                )
+            )
+            tickets = staging.staged_files(names, stager, config.stage_ahead)
+            empty = tf.zeros([], tf.string)
+
+            def read(path: Any) -> Any:
+                size = tf.numpy_function(lambda p: np.int64(os.path.getsize(p)), [path], tf.int64)
+                return _chunks(path, tf.math.floormod(size, chunk), chunk, config)
+
+            ds = tickets.interleave(
+                lambda t: staging.staged_records(t, stager, read, empty),
                 cycle_length=layout.cycle,
                 num_parallel_calls=layout.reads,
                 deterministic=False,
             )
-            .repeat()
-            .batch(16)
-            .prefetch(tf.data.AUTOTUNE)
-        )
-        drained = _drain(ds.take(-(-(take or chunks) // 16)))
-        return Drained(drained.items * CHUNK, drained.steady_items * CHUNK, drained.steady_seconds)
-
-    return run
-
-
-def _raw_s3(files: list[str], config: Any, layout: Any) -> Callable[..., Drained]:
-    """The reader's staging alone: the same downloads, each copy deleted once complete."""
-    import tensorflow as tf
-
-    from tfrecord_suite.train import staging
-
-    def run(take: int | None = None) -> Drained:
-        stager = staging.Stager(
-            staging.StageConfig(
-                config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
+        else:
+            tails = tf.data.Dataset.from_tensor_slices(tf.constant(sizes, tf.int64) % chunk)
+            ds = tf.data.Dataset.zip(names, tails.repeat()).interleave(
+                lambda path, tail: _chunks(path, tail, chunk, config),
+                cycle_length=layout.cycle,
+                num_parallel_calls=layout.reads,
+                deterministic=False,
             )
+        ds = ds.batch(16).prefetch(tf.data.AUTOTUNE)
+        epoch = -(-chunks // 16)
+        if take:
+            drained = _drain(ds.take(take))
+        else:  # one epoch untimed, then one timed, as the readers
+            drained = _drain_window(ds.take(1 + 2 * epoch), untimed=epoch)
+        return dataclasses.replace(
+            drained, items=drained.items * chunk, steady_items=drained.steady_items * chunk
         )
-        tickets = staging.staged_files(
-            tf.data.Dataset.from_tensor_slices(files), stager, config.stage_ahead
-        )
-
-        def stat(path: Any) -> Any:
-            return tf.data.Dataset.from_tensors(path).map(
-                lambda p: tf.numpy_function(lambda x: os.path.getsize(x), [p], tf.int64)
-            )
-
-        ds = tickets.interleave(
-            lambda t: staging.staged_records(t, stager, stat, tf.constant(0, tf.int64)),
-            cycle_length=layout.cycle,
-            num_parallel_calls=layout.reads,
-            deterministic=False,
-        ).repeat()
-        n = take or len(files)
-        got, first, started = 0, 0, 0.0
-        for i, nbytes in enumerate(ds.take(n).as_numpy_iterator()):
-            got += int(nbytes)
-            if i == 0:
-                first, started = got, time.perf_counter()
-        seconds = time.perf_counter() - started
-        stager.close()
-        return Drained(got, got - first, seconds)
 
     return run
 
 
 def measure_child(args: dict[str, Any]) -> dict[str, Any]:
     """Every variant at every latency over the local, ``gs://`` and ``s3://`` copies."""
-    from benchmarks.core import QUICK_READ_EXAMPLES
+    from benchmarks.core import QUICK_READ_EXAMPLES, _drain_window
     from benchmarks.read import ReadVariants
     from tfrecord_suite.io import storage
     from tfrecord_suite.registry.manifest import Manifest
@@ -299,36 +301,58 @@ def measure_child(args: dict[str, Any]) -> dict[str, Any]:
     config = readers["gcs"].reader_config
     layout = _layout(readers["gcs"].files, config, None, "", True)
     delays = _Delays(args["delay_files"])
-    examples = {"reader_local": readers["local"].reader}
+    epoch = readers["local"].batches - 1
+
+    def windowed(where: str, knob: Any = None) -> Callable[..., Drained]:
+        """The reader, one epoch untimed (its buffers fill), then one epoch timed."""
+        r = readers[where]
+
+        def read(take: int | None = None) -> Drained:
+            if take:
+                return r.reader(take, config=knob)
+            drain = functools.partial(_drain_window, untimed=epoch)
+            return r.reader(1 + 2 * epoch, drain, config=knob)
+
+        return read
+
+    examples = {"reader_local": windowed("local")}
     raw: dict[str, Callable[..., Drained]] = {}
-    for delay in DELAYS_MS:
+    for delay in args["delays_ms"]:
         for store in STORES:
-            examples[f"reader_{store} {delay} ms"] = delays.at(delay, readers[store].reader)
-        raw[f"raw_gcs {delay} ms"] = delays.at(
-            delay, _raw_gcs(readers["gcs"].files, sizes, config, layout)
-        )
-        raw[f"raw_s3 {delay} ms"] = delays.at(delay, _raw_s3(readers["s3"].files, config, layout))
-    for name, (store, fields) in KNOBS.items():
+            examples[f"reader_{store} {delay} ms"] = delays.at(delay, windowed(store))
+        for store in STORES:
+            files = readers[store].files
+            fetch = _raw(files, sizes, config, layout, staged=config.stages(files))
+            raw[f"raw_{store} {delay} ms"] = delays.at(delay, fetch)
+    # the knobs beside the defaults again, in a run of their own: fewer repeats
+    knobs: dict[str, Callable[..., Drained]] = {}
+    for delay in args["knob_delays_ms"]:
+        for store in STORES:
+            knobs[f"default {store} {delay} ms"] = delays.at(delay, windowed(store))
+    for name in args["knobs"]:
+        store, fields = KNOBS[name]
         knob = dataclasses.replace(config, **fields)
-        for delay in KNOB_DELAYS_MS:
-
-            def read(take: int | None = None, r: Any = readers[store], c: Any = knob) -> Drained:
-                return r.reader(take, config=c)
-
-            examples[f"{name} {delay} ms"] = delays.at(delay, read)
-    variants, server_cpu = _with_server_cpu({**examples, **raw}, args["usage_file"])
-    warm = {k: (lambda fn=fn, n=20 if k in examples else 2: fn(n)) for k, fn in variants.items()}
-    results = measure(variants, args["runs"], warm)
-    out = {}
-    for name, r in results.items():
-        scale = record_bytes if name in examples else 1.0  # examples or bytes -> MB
-        out[name] = {
-            "mb_per_s": r["median_per_s"] * scale / 1e6,
-            "runs_mb_per_s": [x * scale / 1e6 for x in r["runs_per_s"]],
-            "start_s": r["median_start_s"],
-            "server_cpu": statistics.median(server_cpu[name]) if server_cpu[name] else None,
-        }
-    return {"record_bytes": round(record_bytes), "epoch_bytes": epoch_bytes, "variants": out}
+        for delay in args["knob_delays_ms"]:
+            knobs[f"{name} {delay} ms"] = delays.at(delay, windowed(store, knob))
+    out: dict[str, Any] = {"record_bytes": round(record_bytes), "epoch_bytes": epoch_bytes}
+    runs = args["runs"]
+    for key, chosen, repeats in (
+        ("variants", {**examples, **raw}, runs),
+        ("knobs", knobs, max(1, (runs + 1) // 2)),
+    ):
+        variants, server_cpu = _with_server_cpu(chosen, args["usage_file"])
+        warm = {k: (lambda fn=fn: fn(20)) for k, fn in variants.items()}
+        measured = measure(variants, repeats, warm)
+        out[key] = {}
+        for name, r in measured.items():
+            scale = 1.0 if name in raw else record_bytes  # bytes or examples -> MB
+            out[key][name] = {
+                "mb_per_s": r["median_per_s"] * scale / 1e6,
+                "runs_mb_per_s": [x * scale / 1e6 for x in r["runs_per_s"]],
+                "start_s": r["median_start_s"],
+                "server_cpu": statistics.median(server_cpu[name]) if server_cpu[name] else None,
+            }
+    return out
 
 
 def _with_server_cpu(
@@ -440,7 +464,7 @@ def _knob_table(network: dict[str, Any]) -> list[str]:
     header = " | ".join(f"{kind}, {d} ms" for kind in kinds for d in delays)
     lines = [
         "**Reader knobs over the network** (MB/s relative to the reader's defaults on the same "
-        "store at the same latency)",
+        "store at the same latency, measured alternately with them in a run of their own)",
         "",
         f"| knob | {header} |",
         "|---|" + "---:|" * (len(kinds) * len(delays)),
@@ -448,10 +472,10 @@ def _knob_table(network: dict[str, Any]) -> list[str]:
     for name, (store, _) in KNOBS.items():
         cells = []
         for kind in kinds:
-            v = network[kind]["variants"]
+            v = network[kind]["knobs"]
             for d in delays:
                 m = v.get(f"{name} {d} ms")
-                base = v[f"reader_{store} {d} ms"]["mb_per_s"]
+                base = v[f"default {store} {d} ms"]["mb_per_s"]
                 cells.append("" if m is None else f"{m['mb_per_s'] / base:.2f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
