@@ -308,3 +308,43 @@ def test_shard_version_and_train_steps_on_s3(s3_bucket, penguins_csv, tmp_path):
     assert os.path.isfile(out / "model" / "export" / "saved_model.pb")
     local = [f for _, _, names in os.walk(tmp_path) for f in names if ".tfrecord" in f]
     assert local == []  # staged copies were deleted once read
+
+
+def test_model_registry_on_s3_and_the_gate_scores_a_baseline_there(tmp_path, s3_bucket):
+    """Models registered on s3:// concurrently get distinct numbers, aliases move by CAS, and
+    the gate scores a model kept there (TensorFlow loads it from a local copy)."""
+    import tensorflow as tf
+    from test_models_registry import fake_training_output
+
+    from tfrecord_suite.registry.datasets import shard_uris
+    from tfrecord_suite.registry.models import ModelRegistry
+    from tfrecord_suite.schema import Schema
+    from tfrecord_suite.train.evaluate import score
+
+    reg = ModelRegistry(f"{s3_bucket}/models")
+    outs = [fake_training_output(str(tmp_path / f"t{i}"), i) for i in range(3)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        got = [f.result() for f in [pool.submit(reg.register, "m", o, "export", {}) for o in outs]]
+    assert sorted(m.version for m in got) == [1, 2, 3]
+    reg.verify("m", 2)
+    reg.set_alias("m", "stable", 1, expected=None)
+    with pytest.raises(storage.PreconditionFailed):
+        reg.set_alias("m", "stable", 2, expected=None)
+
+    class AlwaysZero(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, examples):
+            return {"class_id": tf.zeros(tf.shape(examples), tf.int64)}
+
+    model = AlwaysZero()
+    local_model = str(tmp_path / "model")
+    tf.saved_model.save(model, local_model, signatures={"serving_default": model.serve})
+    remote_model = f"{s3_bucket}/exported"
+    for info in storage.list_files(local_model):
+        storage.copy(info.uri, f"{remote_model}/{storage.relative_to(info.uri, local_model)}")
+    staged = make_staged(str(tmp_path / "s"), n=40)
+    result = Registry(f"{s3_bucket}/registry").publish(staged, "rows")
+    files = shard_uris(result.manifest, result.uri, "test")
+    schema = Schema.from_dict(result.manifest.schema)
+    here, there = score(local_model, files, schema, ""), score(remote_model, files, schema, "")
+    assert there == here and there["examples"] == 10 and there["metric"] == "accuracy"

@@ -7,8 +7,12 @@ preprocessing included, and is fair (same records, same code path).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from tfrecord_suite.errors import UserError
@@ -92,12 +96,38 @@ def serving_evaluation(
     }
 
 
+@contextlib.contextmanager
+def loadable_model(export_dir: str) -> Iterator[str]:
+    """A folder TensorFlow loads the SavedModel at ``export_dir`` from.
+
+    ``export_dir`` itself where TensorFlow opens the store (local, ``gs://``); elsewhere
+    (``s3://``, a model registry on a self-hosted Kubeflow's store) a local copy, kept until
+    the context ends.
+    """
+    from tfrecord_suite.io import storage
+    from tfrecord_suite.train.staging import tensorflow_reads
+
+    if tensorflow_reads(export_dir):
+        yield export_dir
+        return
+    with tempfile.TemporaryDirectory(prefix="tfrs-model-") as folder:
+        for info in storage.list_files(export_dir):
+            rel = storage.relative_to(info.uri, export_dir)
+            storage.download(info.uri, os.path.join(folder, *rel.split("/")))
+        yield folder
+
+
 def score(export_dir: str, files: list[str], schema: Schema, compression: str) -> dict[str, Any]:
     """The model's metric on the raw examples in ``files``.
 
     Classification: accuracy (higher is better), with the confusion matrix. Regression: mean
     squared error (lower is better).
     """
+    with loadable_model(export_dir) as local:
+        return _score(local, files, schema, compression)
+
+
+def _score(export_dir: str, files: list[str], schema: Schema, compression: str) -> dict[str, Any]:
     if schema.label_classes:
         out = serving_evaluation(export_dir, files, schema, compression)
         return {**out, "metric": "accuracy", "value": out["accuracy"], "higher_is_better": True}
