@@ -10,6 +10,7 @@ filesystem, the version step publishing, and the train step reading there.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import multiprocessing
@@ -244,11 +245,39 @@ def test_reader_stages_s3_shards_and_deletes_each_copy_once_read(tmp_path, s3_bu
     for _ in range(2 * 400 // 32):
         got += [float(v) for v in tf.reshape(next(iterator)[0]["x"], [-1]).numpy()]
     assert set(got) <= set(expected) and len(got) == 32 * (1 + 2 * 400 // 32)
-    repeated = ReaderConfig(batch_size=40, repeat=True, shuffle_buffer=0, stage_dir=str(stage))
-    two_epochs = []  # files shuffled anew each epoch, a file staged twice at once apart
-    for x, _ in make_dataset(files, schema, repeated).take(2 * 400 // 40):
-        two_epochs += [float(v) for v in tf.reshape(x["x"], [-1]).numpy()]
-    assert sorted(two_epochs) == sorted(expected * 2)
+
+    # a process that stops reading with downloads staged ahead still exits at once
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tfrecord_suite.schema import Schema\n"
+        "from tfrecord_suite.train.reader import ReaderConfig, make_dataset\n"
+        f"files = {files!r}; schema = Schema.from_dict({result.manifest.schema!r})\n"
+        "config = ReaderConfig(batch_size=8, repeat=True, stage_files=1, stage_part_mb=1)\n"
+        "print(len(next(iter(make_dataset(files, schema, config)))[1]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TMPDIR": str(stage)},
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "8", proc.stderr[-2000:]
+    # files shuffled anew each epoch, a file staged twice at once apart; epochs kept apart (the
+    # interleave drains at each end), or run into each other (the file list repeats)
+    for apart in (True, False):
+        repeated = ReaderConfig(
+            batch_size=40, repeat=True, shuffle_buffer=0, stage_dir=str(stage),
+            interleave_epochs=not apart,
+        )  # fmt: skip
+        two_epochs = []
+        for x, _ in make_dataset(files, schema, repeated).take(2 * 400 // 40):
+            two_epochs += [float(v) for v in tf.reshape(x["x"], [-1]).numpy()]
+        if apart:
+            assert sorted(two_epochs) == sorted(expected * 2)
+        else:
+            counts = collections.Counter(two_epochs)
+            assert len(two_epochs) == 800 and set(counts) == set(expected)
+            assert set(counts.values()) <= {1, 2, 3}
 
 
 @pytest.mark.slow

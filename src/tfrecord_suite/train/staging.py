@@ -32,12 +32,13 @@ import dataclasses
 import itertools
 import logging
 import os
+import queue
 import shutil
 import tempfile
 import threading
 import time
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from tfrecord_suite.io import storage
@@ -76,7 +77,14 @@ class Stager:
     def __init__(self, config: StageConfig):
         self.config = config
         self.folder = tempfile.mkdtemp(prefix="tfrs-stage-", dir=config.folder or None)
-        self._pool = ThreadPoolExecutor(config.files, thread_name_prefix="tfrs-stage")
+        # daemon threads of its own, not a ThreadPoolExecutor: the interpreter joins those at
+        # exit, and a download staged ahead for an input nobody reads any more would hold the
+        # exit of a finished training job
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(config.files):
+            threading.Thread(
+                target=_work, args=(self._queue,), name=f"tfrs-stage-{i}", daemon=True
+            ).start()
         self._jobs: dict[int, tuple[Future, str, str]] = {}
         self._lock = threading.Lock()
         self._tickets = itertools.count()
@@ -84,7 +92,7 @@ class Stager:
         #: again after they were given up.
         self.stats = {"staged": 0, "bytes": 0, "wait_s": 0.0, "fetched_again": 0}
         self._used = time.monotonic()
-        weakref.finalize(self, _clean_up, self._pool, self.folder)
+        weakref.finalize(self, _clean_up, self._queue, config.files, self.folder)
         _LIVE.add(self)
 
     def start(self, uri: bytes | str) -> int:
@@ -94,7 +102,8 @@ class Stager:
         release_idle(IDLE_SECONDS, keep=self)
         ticket = next(self._tickets)
         path = os.path.join(self.folder, f"{ticket:09d}-{storage.basename(uri)}")
-        future = self._pool.submit(self._download, uri, path)
+        future: Future = Future()
+        self._queue.put((future, self._download, uri, path))
         with self._lock:
             self._jobs[ticket] = (future, path, uri)
         return ticket
@@ -146,7 +155,21 @@ class Stager:
 
     def close(self) -> None:
         """Stop downloading and delete the folder now."""
-        _clean_up(self._pool, self.folder)
+        _clean_up(self._queue, self.config.files, self.folder)
+
+
+def _work(jobs: queue.SimpleQueue) -> None:
+    """A download thread: runs jobs until it gets None."""
+    while (job := jobs.get()) is not None:
+        future, download, uri, path = job
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            download(uri, path)
+        except BaseException as exc:  # handed to whoever waits for the copy
+            future.set_exception(exc)
+        else:
+            future.set_result(None)
 
 
 def release_idle(seconds: float = IDLE_SECONDS, keep: Stager | None = None) -> None:
@@ -162,8 +185,14 @@ def release_idle(seconds: float = IDLE_SECONDS, keep: Stager | None = None) -> N
             stager._give_up_copies()
 
 
-def _clean_up(pool: ThreadPoolExecutor, folder: str) -> None:
-    pool.shutdown(wait=False, cancel_futures=True)
+def _clean_up(jobs: queue.SimpleQueue, threads: int, folder: str) -> None:
+    with contextlib.suppress(queue.Empty):
+        while True:  # downloads not started yet: cancelled
+            job = jobs.get_nowait()
+            if job is not None:
+                job[0].cancel()
+    for _ in range(threads):
+        jobs.put(None)
     shutil.rmtree(folder, ignore_errors=True)
 
 
