@@ -150,3 +150,26 @@ def test_autotune_knobs_resolve_once_unless_retune(rows_versions):
         ReaderConfig(batch_size=16, retune=True),
     )
     assert ds.options().autotune.enabled is True
+
+
+@pytest.mark.gcs
+def test_gs_shards_staged_on_request_read_every_record(rows_versions, strict_gcs_bucket, tmp_path):
+    """``remote_read=stage`` copies gs:// shards ahead of the reader through the storage layer's
+    client (TensorFlow's own filesystem streams them otherwise)."""
+    from tfrecord_suite.io import storage
+
+    manifest, uri = rows_versions[4]
+    local = shard_uris(manifest, uri, "train")
+    remote = [f"{strict_gcs_bucket}/shards/{os.path.basename(f)}" for f in local]
+    for src, dst in zip(local, remote, strict=True):
+        storage.copy(src, dst)
+    schema = Schema.from_dict(manifest.schema)
+    config = ReaderConfig(batch_size=16, remote_read="stage", stage_dir=str(tmp_path))
+    assert config.stages(remote) and not ReaderConfig().stages(remote)
+    got = sorted(
+        int(n)
+        for x, _ in make_dataset(remote, schema, config, training=False)
+        for n in x["n"].numpy().reshape(-1)
+    )
+    assert got == list(range(200))
+    assert [p for d in tmp_path.iterdir() for p in d.iterdir()] == []  # every copy deleted
