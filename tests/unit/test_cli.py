@@ -153,7 +153,7 @@ def test_shard_unknown_flag_is_an_error_and_beam_options_follow_the_separator(tm
     assert r.exit_code == 2
     assert r.output.strip() == (
         f"error: --input {tmp_path / 'raw.csv'} is a local path but --runner DataflowRunner runs "
-        "on remote workers that cannot see this machine's disk: use a gs:// path"
+        "on remote workers that cannot see this machine's disk: use a gs:// or s3:// path"
     )
 
 

@@ -50,7 +50,9 @@ class TrainConfig:
 
     Attributes:
         dataset: ``<registry>/<dataset>@<version|alias>``, or a version folder.
-        model_dir: Where checkpoints, logs, the export and metrics go.
+        model_dir: Where checkpoints, logs, the export and metrics go: a local folder (on
+            Kubeflow, the model artifact's) or ``gs://`` (TensorFlow writes them itself, and
+            has no ``s3://`` filesystem).
         strategy: ``auto``, ``one_device``, ``mirrored``, ``multi_worker`` or ``tpu``.
         cpu_devices: Split the CPU into this many logical devices (no-GPU testing).
         tpu: TPU name for the resolver.
@@ -114,6 +116,14 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first absurd parameter."""
+        from tfrecord_suite.train.staging import tensorflow_reads
+
+        if not tensorflow_reads(storage.check_reachable(self.model_dir, "--model-dir")):
+            raise UserError(
+                f"--model-dir {self.model_dir}: TensorFlow writes checkpoints, logs and the "
+                "export itself and cannot write there; give a local folder (the model registry "
+                "on s3:// copies it there) or gs://"
+            )
         if self.epochs < 1:
             raise UserError(f"--epochs must be at least 1, got {self.epochs}")
         if self.batch_size < 1:
