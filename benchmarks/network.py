@@ -20,12 +20,13 @@ each record size, one process runs every variant at every latency, alternating, 
 
 * ``reader_local``: the reader on local disk (the files in the page cache), for scale;
 * ``reader_gcs``: the reader on ``gs://``, its defaults (streamed by TensorFlow's filesystem);
-* ``raw_gcs``: the raw bytes of the same files through TensorFlow's filesystem, in 1 MiB chunks,
-  with the reader's interleave cycle, parallelism and read buffer, no TFRecord framing, no
+* ``raw_gcs``: the raw bytes of the same files: the reader's own file and read stages alone
+  (:func:`~tfrecord_suite.train.reader.record_blocks`: the same files fetched the same way with
+  the same cycle, parallelism and read buffer, in the same blocks of records), no shuffle, no
   parsing: the ceiling of any reader streaming ``gs://`` here;
 * ``reader_s3``: the reader on ``s3://``, its defaults (shards staged to local disk ahead of it);
-* ``raw_s3``: the same staging alone (the same downloads, ahead and in parallel the same way),
-  each copy deleted once complete, nothing read from it: the ceiling of the staged reader here.
+* ``raw_s3``: the same as ``raw_gcs`` on ``s3://``: the staging and the reading of the local
+  copies, unparsed: the ceiling of the staged reader here.
 
 Rates are MB/s of shard bytes; the readers' start (to the first batch) is reported too, and the
 knobs the defaults were set from are measured at 0 and 50 ms (:data:`KNOBS`).
@@ -49,8 +50,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from benchmarks.core import BenchConfig, Drained, Part, Target, make_version, measure
 
 _LOG = logging.getLogger(__name__)
@@ -60,8 +59,6 @@ DELAYS_MS = (0, 20, 50)
 SHARDS = 32
 SHARD_MB = {False: 50.0, True: 4.0}  # by --quick
 KINDS = ("small", "large")
-#: Raw reads fetch files in chunks of this many bytes.
-CHUNK = 1 << 20
 STORES = {"gcs": "gs://", "s3": "s3://"}
 #: Reader knobs measured against the defaults at 0 and 50 ms: name -> (store, ReaderConfig
 #: fields). What the defaults were set from.
@@ -69,10 +66,10 @@ KNOBS: dict[str, tuple[str, dict[str, Any]]] = {
     "gcs cycle 8": ("gcs", {"cycle_length": 8}),
     "gcs cycle 32": ("gcs", {"cycle_length": 32}),
     "gcs repeat after interleave": ("gcs", {"interleave_epochs": False}),
-    "s3 cycle 8": ("s3", {"cycle_length": 8}),
-    "s3 1 file at once": ("s3", {"stage_files": 1}),
-    "s3 8 files at once": ("s3", {"stage_files": 8}),
-    "s3 2 parts at once": ("s3", {"stage_parts": 2}),
+    "s3 cycle 16": ("s3", {"cycle_length": 16}),
+    "s3 4 files at once": ("s3", {"stage_files": 4}),
+    "s3 16 files at once": ("s3", {"stage_files": 16}),
+    "s3 8 parts at once": ("s3", {"stage_parts": 8}),
     "s3 ahead 1": ("s3", {"stage_ahead": 1}),
 }
 KNOB_DELAYS_MS = (0, 50)
@@ -210,72 +207,26 @@ class _Delays:
         return run
 
 
-def _chunks(path: Any, tail: Any, chunk: int, config: Any) -> Any:
-    """A file's bytes in chunks of ``chunk`` bytes through TensorFlow's filesystem, unparsed.
+def _raw(files: list[str], config: Any, block: int) -> Callable[..., Drained]:
+    """The reader without its parsing, batched as the reader batches.
 
-    Its last partial MiB (``tail`` bytes) is left out (a fixed-length reader's footer).
+    Its file and read stages alone, unshuffled (:func:`~tfrecord_suite.train.reader.record_blocks`):
+    the same files fetched the same way (streamed, or staged), with the same cycle, parallelism
+    and read buffer: what any reader gets out of the store here.
     """
     import tensorflow as tf
 
-    return tf.data.FixedLengthRecordDataset(
-        path, chunk, footer_bytes=tail, buffer_size=config.file_buffer_bytes
-    )
+    from tfrecord_suite.train.reader import dataset_options, record_blocks
 
+    unshuffled = dataclasses.replace(config, shuffle_buffer=0)
 
-def _raw(
-    files: list[str], sizes: list[int], config: Any, layout: Any, staged: bool
-) -> Callable[..., Drained]:
-    """The files' raw bytes fetched as the reader fetches them, in 1 MiB chunks, unparsed.
+    def run(take: int | None = None, drain: Any = None) -> Drained:
+        from benchmarks.core import _drain
 
-    Through TensorFlow's filesystem (``gs://``), or through the reader's staging and then its
-    local copy (``s3://``), with the reader's interleave cycle, parallelism and read buffer.
-    """
-    import tensorflow as tf
-
-    from benchmarks.core import _drain, _drain_window
-    from tfrecord_suite.train import staging
-
-    chunk = max(1, min(CHUNK, *sizes))  # every file holds one at least
-    chunks = sum(size // chunk for size in sizes)
-
-    def run(take: int | None = None) -> Drained:
-        names = tf.data.Dataset.from_tensor_slices(files).repeat()
-        if staged:
-            stager = staging.Stager(
-                staging.StageConfig(
-                    config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
-                )
-            )
-            tickets = staging.staged_files(names, stager, config.stage_ahead)
-            empty = tf.zeros([], tf.string)
-
-            def read(path: Any) -> Any:
-                size = tf.numpy_function(lambda p: np.int64(os.path.getsize(p)), [path], tf.int64)
-                return _chunks(path, tf.math.floormod(size, chunk), chunk, config)
-
-            ds = tickets.interleave(
-                lambda t: staging.staged_records(t, stager, read, empty),
-                cycle_length=layout.cycle,
-                num_parallel_calls=layout.reads,
-                deterministic=False,
-            )
-        else:
-            tails = tf.data.Dataset.from_tensor_slices(tf.constant(sizes, tf.int64) % chunk)
-            ds = tf.data.Dataset.zip(names, tails.repeat()).interleave(
-                lambda path, tail: _chunks(path, tail, chunk, config),
-                cycle_length=layout.cycle,
-                num_parallel_calls=layout.reads,
-                deterministic=False,
-            )
-        ds = ds.batch(16).prefetch(tf.data.AUTOTUNE)
-        epoch = -(-chunks // 16)
-        if take:
-            drained = _drain(ds.take(take))
-        else:  # one epoch untimed, then one timed, as the readers
-            drained = _drain_window(ds.take(1 + 2 * epoch), untimed=epoch)
-        return dataclasses.replace(
-            drained, items=drained.items * chunk, steady_items=drained.steady_items * chunk
-        )
+        ds = record_blocks(files, unshuffled)
+        ds = ds.rebatch(config.batch_size) if block > 1 else ds.batch(config.batch_size)
+        ds = ds.prefetch(tf.data.AUTOTUNE).with_options(dataset_options(unshuffled))
+        return (drain or _drain)(ds.take(take))
 
     return run
 
@@ -286,12 +237,10 @@ def measure_child(args: dict[str, Any]) -> dict[str, Any]:
     from benchmarks.read import ReadVariants
     from tfrecord_suite.io import storage
     from tfrecord_suite.registry.manifest import Manifest
-    from tfrecord_suite.train.reader import _layout
 
     manifest = Manifest.load(storage.read_text(storage.join(args["local"], "manifest.json")))
     train = [s for s in manifest.shards if s["split"] == "train"]
     epoch_bytes = sum(s["bytes"] for s in train)
-    sizes = [s["bytes"] for s in sorted(train, key=lambda s: s["index"])]  # as shard_uris
     record_bytes = epoch_bytes / max(1, sum(s["records"] for s in train))
     cap = QUICK_READ_EXAMPLES // args["batch_size"] if args["quick"] else None
     readers = {
@@ -299,31 +248,32 @@ def measure_child(args: dict[str, Any]) -> dict[str, Any]:
         for where in ("local", "gcs", "s3")
     }
     config = readers["gcs"].reader_config
-    layout = _layout(readers["gcs"].files, config, None, "", True)
     delays = _Delays(args["delay_files"])
     epoch = readers["local"].batches - 1
 
-    def windowed(where: str, knob: Any = None) -> Callable[..., Drained]:
-        """The reader, one epoch untimed (its buffers fill), then one epoch timed."""
+    def windowed(where: str, knob: Any = None, raw: bool = False) -> Callable[..., Drained]:
+        """The reader (or its raw ceiling), one epoch untimed (its buffers fill), one timed."""
         r = readers[where]
+        if raw:
+            read_ = _raw(r.files, config, r.block)
+        else:
+
+            def read_(take: int, drain: Any = None) -> Drained:
+                return r.reader(take, drain, config=knob)
 
         def read(take: int | None = None) -> Drained:
             if take:
-                return r.reader(take, config=knob)
-            drain = functools.partial(_drain_window, untimed=epoch)
-            return r.reader(1 + 2 * epoch, drain, config=knob)
+                return read_(take)
+            return read_(1 + 2 * epoch, functools.partial(_drain_window, untimed=epoch))
 
         return read
 
     examples = {"reader_local": windowed("local")}
-    raw: dict[str, Callable[..., Drained]] = {}
     for delay in args["delays_ms"]:
         for store in STORES:
             examples[f"reader_{store} {delay} ms"] = delays.at(delay, windowed(store))
         for store in STORES:
-            files = readers[store].files
-            fetch = _raw(files, sizes, config, layout, staged=config.stages(files))
-            raw[f"raw_{store} {delay} ms"] = delays.at(delay, fetch)
+            examples[f"raw_{store} {delay} ms"] = delays.at(delay, windowed(store, raw=True))
     # the knobs beside the defaults again, in a run of their own: fewer repeats
     knobs: dict[str, Callable[..., Drained]] = {}
     for delay in args["knob_delays_ms"]:
@@ -337,7 +287,7 @@ def measure_child(args: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"record_bytes": round(record_bytes), "epoch_bytes": epoch_bytes}
     runs = args["runs"]
     for key, chosen, repeats in (
-        ("variants", {**examples, **raw}, runs),
+        ("variants", examples, runs),
         ("knobs", knobs, max(1, (runs + 1) // 2)),
     ):
         variants, server_cpu = _with_server_cpu(chosen, args["usage_file"])
@@ -345,10 +295,9 @@ def measure_child(args: dict[str, Any]) -> dict[str, Any]:
         measured = measure(variants, repeats, warm)
         out[key] = {}
         for name, r in measured.items():
-            scale = 1.0 if name in raw else record_bytes  # bytes or examples -> MB
-            out[key][name] = {
-                "mb_per_s": r["median_per_s"] * scale / 1e6,
-                "runs_mb_per_s": [x * scale / 1e6 for x in r["runs_per_s"]],
+            out[key][name] = {  # examples -> MB of shard bytes
+                "mb_per_s": r["median_per_s"] * record_bytes / 1e6,
+                "runs_mb_per_s": [x * record_bytes / 1e6 for x in r["runs_per_s"]],
                 "start_s": r["median_start_s"],
                 "server_cpu": statistics.median(server_cpu[name]) if server_cpu[name] else None,
             }

@@ -437,7 +437,7 @@ def test_network_part_runs_every_variant_against_both_stores(tmp_path, monkeypat
     monkeypatch.setattr(network, "KINDS", ("large",))
     monkeypatch.setattr(network, "SHARD_MB", {True: 2.0, False: 2.0})
     monkeypatch.setattr(network, "DELAYS_MS", (0, 20))
-    monkeypatch.setattr(network, "KNOBS", {"s3 cycle 8": ("s3", {"cycle_length": 8})})
+    monkeypatch.setattr(network, "KNOBS", {"s3 cycle 16": ("s3", {"cycle_length": 16})})
     monkeypatch.setattr(network, "KNOB_DELAYS_MS", (20,))
     out = network.network_part(str(tmp_path), core.BenchConfig(quick=True, batch_size=4))
     assert out["shards"] == 4 and out["delays_ms"] == [0, 20]
@@ -447,7 +447,7 @@ def test_network_part_runs_every_variant_against_both_stores(tmp_path, monkeypat
         for name in ("reader_local", "reader_gcs 20 ms", "raw_gcs 20 ms", "reader_s3 20 ms"):
             assert v[name]["mb_per_s"] > 0 and v[name]["start_s"] > 0, name
         assert set(out[kind]["knobs"]) == {
-            "s3 cycle 8 20 ms",
+            "s3 cycle 16 20 ms",
             "default gcs 20 ms",
             "default s3 20 ms",
         }

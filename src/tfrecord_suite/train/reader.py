@@ -51,6 +51,9 @@ from tfrecord_suite.schema import Schema, parse_spec
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
 MAX_AUTO_CYCLE = 16
+#: The automatic cycle when shards are staged to local disk: the copies being read and those
+#: staged ahead are all on the pod's disk, and the bench read no faster with more at once.
+MAX_AUTO_STAGED_CYCLE = 8
 
 
 @dataclasses.dataclass
@@ -63,7 +66,8 @@ class ReaderConfig:
         shuffle_files: Shuffle the file order each epoch.
         seed: Seed for the file order and the record shuffle.
         cycle_length: Files read at once by interleave. 0 (default): every file of this input
-            pipeline, at most :data:`MAX_AUTO_CYCLE`; AUTOTUNE (-1): tf.data's choice, which is
+            pipeline, at most :data:`MAX_AUTO_CYCLE` (:data:`MAX_AUTO_STAGED_CYCLE` when the
+            shards are staged to local disk); AUTOTUNE (-1): tf.data's choice, which is
             the number of CPU cores and reads too few files at once on small hosts, where one
             file's reader then stalls the whole input.
         block_length: Consecutive records taken from one file before moving on; they travel
@@ -150,10 +154,10 @@ class ReaderConfig:
     retune: bool = False
     remote_read: str = "auto"
     stage_dir: str = ""
-    stage_files: int = 4
+    stage_files: int = 8
     stage_ahead: int = 4
     stage_part_mb: int = 8
-    stage_parts: int = 8
+    stage_parts: int = 4
     interleave_epochs: bool = True
 
     def __post_init__(self) -> None:
@@ -236,11 +240,7 @@ def record_dataset(
         return tf.data.TFRecordDataset(files, compression_type=compression)
     from tfrecord_suite.train import staging
 
-    stager = staging.Stager(
-        staging.StageConfig(
-            config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
-        )
-    )
+    stager = _stager(config)
     tickets = staging.staged_files(
         tf.data.Dataset.from_tensor_slices(files), stager, config.stage_ahead
     )
@@ -611,23 +611,12 @@ def make_dataset(
         )
     if service:  # each service worker repeats its own share of the files
         layout = dataclasses.replace(layout, repeat_files=False)
-    ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
-    stager = None
-    if config.stages(files):
-        if service:
+        if config.stages(files):
             raise UserError(
                 "staged shards (remote_read) with an input service: the service's workers "
                 "cannot run the staging; read them from a store TensorFlow opens (gs://)"
             )
-        from tfrecord_suite.train.staging import StageConfig, Stager
-
-        stager = Stager(
-            StageConfig(
-                config.stage_dir, config.stage_files, config.stage_part_mb, config.stage_parts
-            )
-        )
-        _LOG.info("shards staged to local disk ahead of the reader, in %s", stager.folder)
-    ds = _read_stage(ds, config, compression, layout, stager)
+    ds = _blocks(files, config, compression, training, input_context, layout, bool(service))
     ds = _parse_stage(ds, config, decoder, layout, fused)
     if service:
         from tfrecord_suite.train.service import distribute
@@ -637,6 +626,50 @@ def make_dataset(
         ds = distribute(ds.with_options(dataset_options(config)), service)
     ds = _finish_stage(ds, config, schema, training, transform, augment)
     return ds.with_options(dataset_options(config))
+
+
+def record_blocks(
+    files: Sequence[str],
+    config: ReaderConfig,
+    *,
+    compression: str = "",
+    training: bool = True,
+    input_context: Any = None,
+) -> Any:
+    """The reader's first two stages alone: serialized records, before any parsing.
+
+    The files ordered, sharded, staged and interleaved as :func:`make_dataset` reads them, the
+    records in blocks of ``block_length`` (one element per block; one per record for large
+    records), shuffled when ``config`` shuffles. With ``shuffle_buffer=0``, the bench's raw-bytes
+    ceiling: the same bytes fetched the same way, with the same parallelism.
+    """
+    files = list(files)
+    layout = _layout(files, config, input_context, compression, training)
+    return _blocks(files, config, compression, training, input_context, layout, False)
+
+
+def _blocks(
+    files: list[str],
+    config: ReaderConfig,
+    compression: str,
+    training: bool,
+    input_context: Any,
+    layout: _Layout,
+    served: bool,
+) -> Any:
+    """The file and read stages (the shards staged first where the config says so)."""
+    ds = _file_stage(files, config, input_context, training, layout, served=served)
+    stager = _stager(config) if config.stages(files) else None
+    if stager is not None:
+        _LOG.info("shards staged to local disk ahead of the reader, in %s", stager.folder)
+    return _read_stage(ds, config, compression, layout, stager)
+
+
+def _stager(config: ReaderConfig) -> Any:
+    from tfrecord_suite.train.staging import StageConfig, Stager
+
+    c = config
+    return Stager(StageConfig(c.stage_dir, c.stage_files, c.stage_part_mb, c.stage_parts))
 
 
 def _layout(
@@ -677,7 +710,8 @@ def _layout(
     if cycle == 0:
         sharded_by_file = input_context is not None and by_file
         pipelines = input_context.num_input_pipelines if sharded_by_file else 1
-        cycle = min(max(1, -(-len(files) // pipelines)), MAX_AUTO_CYCLE)
+        cap = MAX_AUTO_STAGED_CYCLE if config.stages(files) else MAX_AUTO_CYCLE
+        cycle = min(max(1, -(-len(files) // pipelines)), cap)
     reads = config.num_parallel_reads
     if reads == 0:
         remote = any("://" in f for f in files)
