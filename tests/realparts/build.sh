@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real parts the `k8s` tests run (kube-apiserver, kube-controller-manager, etcd) from
+# Builds the real parts the `k8s` tests run (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, etcd) from
 # their published Go modules at the versions pinned in versions.env, once, into a cache outside the
 # repository: $TFRS_REALPARTS_CACHE (default ~/.cache/tfrecord-suite/realparts)/<name>-<version>/.
 #
@@ -9,7 +10,7 @@
 # the same release (k8s.io/api v0.36.3 for kubernetes v1.36.3). etcd's server module does the
 # same with its sibling modules.
 #
-# Usage: build.sh [kubernetes|etcd|all]   (prints the folder of each part it built or found)
+# Usage: build.sh [kubernetes|etcd|crds|all]   (prints the folder of each part it built or found)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -63,7 +64,8 @@ kubernetes() {
   for m in $staging; do replaces+="	$m => $m $staging_version"$'\n'; done
   replaces+=")"
   go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$replaces" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 }
 
 etcd() {
@@ -80,9 +82,30 @@ etcd() {
   echo "$out"
 }
 
+# crds: the CustomResourceDefinitions of the job APIs the launcher creates, copied unchanged from
+# the module archives of the pinned releases (Kubeflow Trainer v2: TrainJob, TrainingRuntime,
+# ClusterTrainingRuntime; the Training Operator v1: TFJob)
+crds() {
+  local out="$cache/crds-trainer-$TRAINER_VERSION-training-operator-$TRAINING_OPERATOR_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local trainer operator
+    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | module_dir)
+    operator=$(go mod download -json \
+      "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | module_dir)
+    rm -rf "$out" && mkdir -p "$out/trainer" "$out/training-operator"
+    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+    cp "$operator/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$out/training-operator/"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
+module_dir() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
+
 case "${1:-all}" in
   kubernetes) kubernetes ;;
   etcd) etcd ;;
-  all) etcd && kubernetes ;;
-  *) echo "usage: $0 [kubernetes|etcd|all]" >&2; exit 2 ;;
+  crds) crds ;;
+  all) etcd && kubernetes && crds ;;
+  *) echo "usage: $0 [kubernetes|etcd|crds|all]" >&2; exit 2 ;;
 esac
