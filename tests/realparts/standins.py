@@ -66,7 +66,7 @@ def write_pod_status(core: Any, namespace: str, pod: dict[str, Any] | Any, exit_
                 "lastTransitionTime": _now(),
             }
             for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-        ],  # fmt: skip
+        ],
         "containerStatuses": [container_status(c, exit_code) for c in containers],
         "startTime": _now(),
     }
