@@ -3,7 +3,8 @@ kube-controller-manager and kube-scheduler, built from their published Go module
 
 The API server runs as a cluster's does: TLS with a CA of its own, client certificates, RBAC and
 Node authorization (no AlwaysAllow), the default admission plugins plus NodeRestriction
-(NamespaceLifecycle, ServiceAccount, LimitRanger, ResourceQuota, Priority, PodSecurity, ...),
+(NamespaceLifecycle, ServiceAccount, LimitRanger, ResourceQuota, Priority, PodSecurity, ...)
+and OwnerReferencesPermissionEnforcement,
 and service-account tokens signed by a key of its own, so a token made with the TokenRequest API
 is exactly what a pod's projected token would be. The controller manager runs every default
 controller (garbage collector, namespaces, StatefulSets, Jobs, quotas, service accounts), each
@@ -328,6 +329,9 @@ class ControlPlane:
             }
         }
         core.patch_node_status(name, status)
+        # the TaintNodesByCondition admission plugin gives a new node the not-ready taint; the
+        # node lifecycle controller (off here: no kubelet heartbeats) lifts it once Ready
+        core.patch_node(name, {"spec": {"taints": None}})
 
     # -------------------------------------------------------------------------------- lifecycle
 
@@ -495,7 +499,9 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
             f"--tls-private-key-file={workdir / 'apiserver.key'}",
             f"--client-ca-file={ca_file}",
             "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
+            # beyond the defaults: NodeRestriction (kubeadm's), and the ownerReference check
+            # OpenShift enables (setting blockOwnerDeletion needs update on the owner)
+            "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
             "--anonymous-auth=false",
             f"--service-account-issuer={ISSUER}",
             f"--service-account-key-file={workdir / 'sa.pub'}",
@@ -529,6 +535,10 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # the garbage collector and namespace controller act within seconds, not minutes
             "--concurrent-gc-syncs=5",
+            # a quota made seconds after a CRD counts its objects only from the quota
+            # controller's next full resync (5 min by default); until then the API server
+            # refuses those objects ("status unknown for quota")
+            "--resource-quota-sync-period=10s",
             # nodes here have no kubelet to renew their lease: the node lifecycle controller
             # would mark them unreachable and evict what the scheduler placed on them
             "--controllers=*,-node-lifecycle-controller",
