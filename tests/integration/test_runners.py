@@ -120,13 +120,16 @@ def test_prism_runs_from_the_built_binary_through_the_cli(tmp_path, runner_input
     assert "Downloading prism" not in verbose.stderr and "Falling back" not in verbose.stderr
 
 
-def test_flink_job_server_jar_started_by_beam_itself(tmp_path, runner_inputs, in_process):
-    """The launcher jar as Beam's ``--flink_job_server_jar``: Beam starts and stops the job
-    server around the run, with the heap the options give it."""
-    from realparts.runners import job_server_jar
+@pytest.mark.parametrize("runner", ["flink", "spark"])
+def test_job_server_jar_started_by_beam_itself(tmp_path, runner_inputs, in_process, runner):
+    """The launcher jar as Beam's ``--flink_job_server_jar`` / ``--spark_job_server_jar``: Beam
+    starts and stops the job server around the run, with the heap the options give it."""
+    from realparts.runners import PARALLELISM, job_server_jar
 
-    jar = job_server_jar("flink")
-    args = ["--runner=FlinkRunner", f"--flink_job_server_jar={jar}", "--parallelism=2",
-            "--job_server_jvm_properties=-Xmx1g"]  # fmt: skip
+    jar = job_server_jar(runner)
+    embedded = {"flink": f"--parallelism={PARALLELISM}",
+                "spark": f"--spark_master_url=local[{PARALLELISM}]"}  # fmt: skip
+    args = [f"--runner={runner.title()}Runner", f"--{runner}_job_server_jar={jar}",
+            embedded[runner], "--job_server_jvm_properties=-Xmx1g"]  # fmt: skip
     got = _shard_and_publish(tmp_path, "csv", runner_inputs["csv"], args)
     assert got == in_process["csv"]
