@@ -40,6 +40,13 @@ _CLUSTER_FLAGS = {
     "flink": ["--flink-master=[local]"],
     "spark": [f"--spark-master-url=local[{PARALLELISM}]"],
 }
+#: JVM properties: Spark's driver on the loopback interface and no web UI (SparkConf reads
+#: ``spark.*`` system properties).
+_JVM_PROPERTIES = {
+    "flink": [],
+    "spark": ["-Dspark.driver.bindAddress=127.0.0.1", "-Dspark.driver.host=localhost",
+              "-Dspark.ui.enabled=false"],
+}  # fmt: skip
 
 
 def prism_binary(find: Callable[[str], Path | None] = controlplane.build) -> Path:
@@ -94,7 +101,7 @@ def job_server(kind: str, timeout: float = 180.0) -> Iterator[JobServer]:
     with tempfile.TemporaryDirectory(prefix=f"tfrs-{kind}-job-server-") as folder:
         log = os.path.join(folder, "job-server.log")
         command = [
-            "java", JOB_SERVER_HEAP, "-jar", str(jar), *_CLUSTER_FLAGS[kind],
+            "java", JOB_SERVER_HEAP, *_JVM_PROPERTIES[kind], "-jar", str(jar), *_CLUSTER_FLAGS[kind],
             "--job-host=localhost", f"--job-port={port}", "--artifact-port=0",
             "--expansion-port=0", f"--artifacts-dir={os.path.join(folder, 'artifacts')}",
         ]  # fmt: skip
