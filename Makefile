@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
 .PHONY: demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc
+.PHONY: real-parts-runners
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +62,12 @@ docs: $(STAMP)
 
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve
+
+# Beam's runners the `runners` tests shard on (Prism from Beam's Go module, the Flink and Spark job
+# servers from Maven Central), built once into a cache outside the repository at the versions
+# tests/realparts/versions.env pins; `tests/realparts/build.sh all` builds them too
+real-parts-runners:
+	bash tests/realparts/build.sh runners
 
 # what a release attaches: every ready pipeline and component compiled for the images the
 # release pushed (.github/workflows/release.yml: IMAGE_REGISTRY, IMAGE_TAG)

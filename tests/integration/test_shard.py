@@ -111,6 +111,21 @@ def test_disk_shuffle_needs_a_local_runner(tmp_path):
     assert local.uses_disk_shuffle()
 
 
+def test_no_runner_named_runs_in_process_and_never_tries_to_download_prism(
+    tmp_path, penguins_csv, caplog
+):
+    """Beam's DirectRunner would first try Prism, downloading its binary; the step says which
+    runner it runs on instead and tries nothing else (Prism itself: tests/integration/
+    test_runners.py)."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    run_shard(ShardConfig(input=penguins_csv, output=str(tmp_path / "out")))
+    assert "running on the FnApiRunner in this process (no --prism_location)" in caplog.text
+    beam = [r.getMessage() for r in caplog.records if r.name.startswith("apache_beam")]
+    assert beam and not [m for m in beam if "prism" in m.lower()]
+
+
 def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
     good = [[i, f"{i * 0.1:.1f}", "a" if i % 2 else "b"] for i in range(200)]
     path = write_csv(str(tmp_path / "in.csv"), ["n", "x", "label"], good)

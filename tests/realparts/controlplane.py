@@ -55,13 +55,20 @@ def cache_root() -> Path:
 
 
 def part_dir(part: str) -> Path:
-    """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd`` or ``crds``)."""
+    """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd``, ``crds``, ``prism``,
+    ``flink`` or ``spark``)."""
     pins = versions()
     names = {
         "kubernetes": f"kubernetes-{pins['KUBERNETES_VERSION']}",
         "etcd": f"etcd-{pins['ETCD_VERSION']}",
         "crds": f"crds-trainer-{pins['TRAINER_VERSION']}"
         f"-training-operator-{pins['TRAINING_OPERATOR_VERSION']}",
+        # Beam's runners (realparts/runners.py)
+        "prism": f"prism-{pins['BEAM_VERSION']}",
+        "flink": f"beam-flink-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
+        f"-flink-{pins['FLINK_RUNNER']}",
+        "spark": f"beam-spark-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
+        f"-spark-{pins['SPARK_VERSION']}",
     }
     return cache_root() / names[part]
 

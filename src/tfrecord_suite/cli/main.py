@@ -33,6 +33,10 @@ def main(debug: bool, verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not verbose:
+        # Beam warns each time it starts or stops a runner's process (Prism, a job server);
+        # a normal run on Prism would print both lines
+        logging.getLogger("apache_beam.utils.subprocess_server").setLevel(logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 

@@ -1,7 +1,8 @@
 """The shard step as one plain function: raw data in, TFRecord shards + summary out.
 
 ``run_shard`` is what the kfp component and ``tfrecord-suite shard`` call. It infers or loads the
-schema, runs the Beam pipeline (any runner: extra ``beam_args`` pass straight through), then moves
+schema, runs the Beam pipeline (any runner: extra ``beam_args`` pass straight through; when they
+name none, :mod:`.runner` picks the in-process one or Prism), then moves
 the shards from their temporary names into place and writes ``schema.json``, ``summary.json`` and
 ``summary.md`` last, so a folder with a ``summary.json`` is complete.
 """
@@ -25,6 +26,13 @@ from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
 from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
 from tfrecord_suite.shard import convert, plan, sources
+from tfrecord_suite.shard.runner import (
+    check_paths_reach_runner,
+    check_runner,
+    runner_args,
+    runs_on_this_machine,
+    where_workers_run,
+)
 from tfrecord_suite.shard.summary import SUMMARY_FILE, ShardSummary
 
 _LOG = logging.getLogger(__name__)
@@ -63,42 +71,6 @@ def check_no_credentials(beam_args: Sequence[str]) -> None:
             )
 
 
-#: Runners that execute in this process or on this machine: local paths are fine there.
-LOCAL_RUNNERS = ("directrunner", "fnapirunner", "prismrunner", "interactiverunner", "")
-
-
-def beam_runner(beam_args: Sequence[str]) -> str:
-    """The ``--runner`` named in Beam options (``""`` when none: the DirectRunner)."""
-    args = [str(a) for a in beam_args]
-    for i, arg in enumerate(args):
-        if arg.startswith("--runner="):
-            return arg.split("=", 1)[1]
-        if arg == "--runner" and i + 1 < len(args):
-            return args[i + 1]
-    return ""
-
-
-def check_paths_reach_runner(input_uri: str, output: str, beam_args: Sequence[str]) -> None:
-    """Refuse local paths when a remote runner (Dataflow, Flink, Spark...) runs the job.
-
-    Its workers would read an input that is not there, or write shards on their own disks,
-    where nobody finds them.
-
-    Raises:
-        UserError: Naming the path and the runner.
-
-    """
-    runner = beam_runner(beam_args)
-    if runner.lower() in LOCAL_RUNNERS:
-        return
-    for flag, uri in (("--input", input_uri), ("--output", output)):
-        if not storage.is_gcs(uri):
-            raise UserError(
-                f"{flag} {uri} is a local path but --runner {runner} runs on remote workers "
-                "that cannot see this machine's disk: use a gs:// path"
-            )
-
-
 @dataclasses.dataclass
 class ShardConfig:
     """Everything the shard step takes.
@@ -134,9 +106,12 @@ class ShardConfig:
         overwrite: Replace existing output.
         shuffle: How records are grouped into shards: ``disk`` (hash buckets on local disk, so
             memory stays flat on runners of one machine), ``beam`` (the runner's shuffle:
-            Dataflow's, Flink's...) or ``auto`` (disk for the DirectRunner, beam otherwise).
+            Dataflow's, Flink's...) or ``auto`` (disk when the runner's workers run on this
+            machine, see :mod:`.runner`; beam otherwise).
             The shards are byte-identical either way.
-        beam_args: Extra Beam pipeline options (``--runner DataflowRunner ...``).
+        beam_args: Extra Beam pipeline options (``--runner DataflowRunner ...``). No runner
+            runs on the in-process FnApiRunner, or on Prism with ``--prism_location PATH``
+            (:func:`.runner.runner_args`).
 
     """
 
@@ -167,7 +142,7 @@ class ShardConfig:
     def uses_disk_shuffle(self) -> bool:
         """Whether records are grouped through local disk (see ``shuffle``)."""
         if self.shuffle == "auto":
-            return beam_runner(self.beam_args).lower() in LOCAL_RUNNERS
+            return runs_on_this_machine(self.beam_args)
         return self.shuffle == "disk"
 
     def validate(self) -> None:
@@ -195,10 +170,11 @@ class ShardConfig:
         check_paths_reach_runner(self.input, self.output, self.beam_args)
         if self.shuffle not in ("auto", "disk", "beam"):
             raise UserError(f"--shuffle {self.shuffle!r}: use auto, disk or beam")
-        if self.shuffle == "disk" and beam_runner(self.beam_args).lower() not in LOCAL_RUNNERS:
+        check_runner(self.beam_args)
+        where = where_workers_run(self.beam_args)
+        if self.shuffle == "disk" and where is not None:
             raise UserError(
-                f"--shuffle disk needs a runner on this machine; --runner "
-                f"{beam_runner(self.beam_args)} runs on remote workers: use --shuffle beam"
+                f"--shuffle disk needs a runner on this machine; {where}: use --shuffle beam"
             )
 
     def plan_config(self) -> plan.ShardPlanConfig:
@@ -386,7 +362,7 @@ def _run_pipeline(config: ShardConfig, job: _ShardJob) -> dict[str, Any]:
 
     from tfrecord_suite.shard.transforms import ListInputs, ShardToTFRecords
 
-    pipeline = beam.Pipeline(options=PipelineOptions(list(config.beam_args)))
+    pipeline = beam.Pipeline(options=PipelineOptions(runner_args(config.beam_args)))
     _ = (
         pipeline
         | "Input" >> beam.Create([config.input])
