@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
 .PHONY: demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc
-.PHONY: real-parts-runners
+.PHONY: real-parts real-parts-runners
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ tcmalloc:
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket
 
-test: $(STAMP)
+test: $(STAMP) real-parts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -62,6 +62,14 @@ docs: $(STAMP)
 
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve
+
+# The real parts the tests run, built once from their published sources into a cache outside the
+# repository (~/.cache/tfrecord-suite/realparts) at the versions tests/realparts/versions.env pins:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (the `k8s` tests), the
+# job APIs' CRDs, and Beam's runners (the `runners` tests). Needs go, java and mvn; minutes the
+# first time, nothing after.
+real-parts:
+	bash tests/realparts/build.sh all
 
 # Beam's runners the `runners` tests shard on (Prism from Beam's Go module, the Flink and Spark job
 # servers from Maven Central), built once into a cache outside the repository at the versions

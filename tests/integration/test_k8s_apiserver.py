@@ -321,31 +321,85 @@ def _forbidden(call, *args, **kwargs) -> bool:
     return False
 
 
-def test_calls_outside_the_launcher_grant_are_forbidden(installed, k8s_namespace):
+@pytest.fixture
+def launcher_only(installed, k8s_namespace):
+    """``(namespace, account)``: a fresh namespace whose account holds only our launcher Role,
+    bound to it as k8s/base binds it to a run's account."""
+    _ensure_namespace(installed, k8s_namespace)
+    rendered = _render(installed, "overlays/standalone")
+    (role,) = [d for d in rendered if d["kind"] == "Role" and "launcher" in d["metadata"]["name"]]
+    role["metadata"]["namespace"] = k8s_namespace
+    installed.apply([
+        role,
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "only-launcher", "namespace": k8s_namespace}},
+        _binding(k8s_namespace, "only-launcher", "Role", role["metadata"]["name"],
+                 "only-launcher"),
+    ])  # fmt: skip
+    return k8s_namespace, "only-launcher", role
+
+
+def _granted(role: dict) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_launcher_role_grants_exactly_what_the_launcher_calls(installed, launcher_only):
+    """Holding only our Role, the launcher does everything it does in a run (discovery; a
+    TrainJob and a TFJob that succeed and fail; a tf.data service made, adopted by a retry,
+    deleted), every call allowed; and the API server's audit log shows it used every verb the
+    Role grants: least privilege that is also sufficient."""
+    ns, account, role = launcher_only
+    api = _as_account(installed, ns, account)
+    assert discovery.choose_launchers("auto", api) == [TrainJob, TFJob]
+    for kind in (TrainJob, TFJob):
+        for state, node in (("Succeeded", None), ("Failed", "node-1" if kind is TrainJob else "worker-0")):  # fmt: skip
+            config = _config(ns)
+            operator = _operate(installed, kind, ns, config.name, state, failing_node=node)
+            with contextlib.suppress(JobError):
+                JobLauncher(kind, api).run(config)
+            operator.join()
+    service = DataServiceLauncher(api, sleep=lambda s: time.sleep(0.2), timeout_seconds=120)
+    with (
+        standins.Kubelet(installed.api_client(), ns),
+        service.running("tfrs-data-x", 1, "img:1", run_id="r", namespace=ns),
+        service.running("tfrs-data-x", 1, "img:1", run_id="r", namespace=ns),  # adopts it
+    ):
+        pass
+    used = set()
+    for event in installed.requests_by(f"system:serviceaccount:{ns}:{account}"):
+        ref = event.get("objectRef")
+        if not ref:
+            continue  # discovery: a non-resource URL every authenticated account may read
+        assert event["responseStatus"]["code"] < 400 or event["responseStatus"]["code"] in (
+            404,
+            409,
+        ), event
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        used.add((ref.get("apiGroup", ""), resource, event["verb"]))
+    granted = _granted(role)
+    assert used <= granted, f"called without a grant: {used - granted}"
+    assert granted <= used, f"granted but never called: {granted - used}"
+
+
+def test_calls_outside_the_launcher_grant_are_forbidden(installed, launcher_only):
     """An account holding only our launcher Role (bound as k8s/base binds it) may not read
     secrets, exec into pods, change jobs in place, or touch another namespace."""
     from kubernetes import client
 
     k8s = installed
-    _ensure_namespace(k8s, k8s_namespace)
-    role = _render(k8s, "overlays/standalone")
-    (launcher_role,) = [
-        d for d in role if d["kind"] == "Role" and "launcher" in d["metadata"]["name"]
-    ]
-    launcher_role["metadata"]["namespace"] = k8s_namespace
-    k8s.apply([
-        launcher_role,
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": "only-launcher", "namespace": k8s_namespace}},
-        _binding(k8s_namespace, "only-launcher", "Role", launcher_role["metadata"]["name"],
-                 "only-launcher"),
-    ])  # fmt: skip
+    k8s_namespace, account, _ = launcher_only
     admin = client.CoreV1Api(k8s.api_client())
     admin.create_namespaced_secret(
         k8s_namespace,
         client.V1Secret(metadata=client.V1ObjectMeta(name="s"), string_data={"k": "v"}),
     )
-    api = _as_account(k8s, k8s_namespace, "only-launcher")
+    api = _as_account(k8s, k8s_namespace, account)
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     custom = client.CustomObjectsApi(api)
     job = TrainJob.render(_config(k8s_namespace))

@@ -340,6 +340,18 @@ class ControlPlane:
         # node lifecycle controller (off here: no kubelet heartbeats) lifts it once Ready
         core.patch_node(name, {"spec": {"taints": None}})
 
+    def requests_by(self, user: str) -> list[dict[str, Any]]:
+        """The audit log's events of every request ``user`` made (e.g.
+        ``system:serviceaccount:kubeflow:pipeline-runner``): verb, objectRef (apiGroup,
+        resource, subresource, namespace, name), requestURI and the response code."""
+        path = self.workdir / "audit.log"
+        events = []
+        for line in path.read_text().splitlines() if path.exists() else []:
+            event = json.loads(line)
+            if event.get("user", {}).get("username") == user:
+                events.append(event)
+        return events
+
     # -------------------------------------------------------------------------------- lifecycle
 
     def alive(self) -> dict[str, int | None]:
@@ -467,6 +479,18 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
         )
     )
 
+    # every request, with who made it and on what (no bodies): tests read it to see exactly
+    # which calls an account made (ControlPlane.requests_by)
+    (workdir / "audit-policy.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "audit.k8s.io/v1",
+                "kind": "Policy",
+                "omitStages": ["RequestReceived", "ResponseStarted"],
+                "rules": [{"level": "Metadata"}],
+            }
+        )
+    )
     etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
     url = f"https://127.0.0.1:{api_port}"
     admin = _client_kubeconfig(
@@ -518,6 +542,11 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
             "--endpoint-reconciler-type=none",
             f"--cert-dir={workdir / 'certs'}",
             "--profiling=false",
+            f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+            f"--audit-log-path={workdir / 'audit.log'}",
+            "--audit-log-format=json",
+            # written as requests end, not in batches: a test reads it right after its calls
+            "--audit-log-mode=blocking",
             "--v=0",
         ],
     )
