@@ -624,13 +624,49 @@ def default_model_registry(registry_root: str) -> str:
     return storage.join(registry_root, "_models")
 
 
-def _model_target(dataset: Any, model_registry: str, model_name: str) -> tuple[str, str]:
+def dataset_reference(dataset: Any, step: str) -> str:
+    """The exact version reference (``<root>/<name>@<version>``) a Dataset artifact names.
+
+    The version and resolve_dataset steps put it in the artifact's ``ref`` metadata. A Dataset
+    made by anything else (a ``dsl.importer``, a component of the user's) carries at most its
+    URI, which is taken when it is a version folder, ``<registry>/<name>/<MAJOR.MINOR.PATCH>``
+    holding ``manifest.json``.
+
+    Raises:
+        RetryWillNotHelp: The artifact names no dataset version; the message says what to pass.
+
+    """
+    from tfrecord_suite.registry.manifest import Manifest, RegistryError
+
+    ref = dataset.metadata.get("ref")
+    if ref:
+        return str(ref)
+    uri = storage.normalize(str(dataset.metadata.get("version_uri") or dataset.uri)).rstrip("/")
+    manifest_uri = storage.join(uri, "manifest.json")
+    try:
+        if storage.exists(manifest_uri):
+            m = Manifest.load(storage.read_text(manifest_uri), manifest_uri)
+            name_dir = storage.parent(uri)
+            if storage.basename(uri) == m.version and storage.basename(name_dir) == m.dataset:
+                return f"{storage.join(storage.parent(name_dir), m.dataset)}@{m.version}"
+    except RegistryError as exc:
+        raise RetryWillNotHelp(f"{step}: the dataset input {uri}: {exc}") from exc
+    raise RetryWillNotHelp(
+        f"{step}: the dataset input {uri} names no dataset version: its metadata has no 'ref' "
+        "and it is not a version folder (<registry>/<dataset>/<MAJOR.MINOR.PATCH>/ holding "
+        "manifest.json). Pass the version or resolve_dataset step's 'dataset' output, or a "
+        "dsl.importer of a version folder (or with metadata={'ref': "
+        "'<registry>/<dataset>@<version>'})"
+    )
+
+
+def _model_target(dataset: Any, model_registry: str, model_name: str, step: str) -> tuple[str, str]:
     """The model registry and name, defaulting to ``<dataset registry>/_models`` and the dataset."""
     from tfrecord_suite.registry.refs import DatasetRef
 
     if model_registry and model_name:
         return model_registry, model_name
-    ref = DatasetRef.parse(dataset.metadata["ref"])
+    ref = DatasetRef.parse(dataset_reference(dataset, step))
     return model_registry or default_model_registry(ref.root), model_name or ref.dataset
 
 
@@ -653,10 +689,10 @@ def evaluate_task(
     from tfrecord_suite.train.evaluate import GateConfig, markdown, run_gate
 
     _setup_logging()
-    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    model_registry, model_name = _model_target(dataset, model_registry, model_name, "evaluate")
     result = run_gate(
         GateConfig(
-            dataset=dataset.metadata.get("ref") or dataset.uri,
+            dataset=dataset_reference(dataset, "evaluate"),
             export_dir=export_dir(model),
             model_registry=model_registry,
             model_name=model_name,
@@ -700,13 +736,14 @@ def register_task(
     from tfrecord_suite.registry.models import ModelRegistry
 
     _setup_logging()
-    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    model_registry, model_name = _model_target(dataset, model_registry, model_name, "register")
+    ref = dataset_reference(dataset, "register")
     result = ModelRegistry(model_registry).register(
         model_name,
         storage.normalize(model.path),
         model.metadata.get("export_subdir") or EXPORT_SUBDIR,
         lineage={
-            "dataset": dataset.metadata.get("ref"),
+            "dataset": ref,
             "dataset_uri": dataset.metadata.get("version_uri"),
             "model_artifact_uri": model.uri,
             "dataset_digest": dataset.metadata.get("digest"),
@@ -727,7 +764,7 @@ def register_task(
             "version": result.version,
             "export_dir": result.export_dir,
             "content_digest": result.manifest["content_digest"],
-            "dataset": dataset.metadata.get("ref"),
+            "dataset": ref,
         },
     )
     return result.version
