@@ -21,3 +21,25 @@ def test_wrapper_holds_no_logic(name):
 @pytest.mark.parametrize("name", list(COMPONENTS))
 def test_metadata_and_owners(name):
     check_metadata(name)
+
+
+@pytest.mark.slow
+def test_a_host_run_without_the_package_says_what_is_missing(tmp_path, capfd):
+    """kfp.local's SubprocessRunner(use_venv=True) runs a spec in a fresh virtual environment,
+    which has neither kfp nor the package: the step says so and how to run it instead, where
+    kfp's executor alone would fail with "No module named 'kfp'"."""
+    from component_checks import load
+    from kfp import local
+    from kfp.local import config
+
+    before = config.LocalExecutionConfig.instance
+    local.init(local.SubprocessRunner(use_venv=True), pipeline_root=str(tmp_path / "root"))
+    try:
+        with pytest.raises(RuntimeError):
+            load("fingerprint")(input_uri=str(tmp_path))
+    finally:
+        config.LocalExecutionConfig.instance = before
+    out = "".join(capfd.readouterr())
+    assert "No module named" not in out
+    assert "error: the fingerprint component runs the tfrecord-suite package and kfp" in out
+    assert "SubprocessRunner(use_venv=False)" in out and "DockerRunner" in out

@@ -48,6 +48,16 @@ def running_image() -> str:
     return os.environ.get(images.IMAGE_ENV) or images.COMPONENT_IMAGE
 
 
+def running_images() -> images.ImageSet:
+    """The image set of this step's image: where the images it starts come from.
+
+    A component built with ``tfrecord_suite.components.build(image_registry=R, image_tag=T)``
+    starts its distributed job's nodes and tf.data service workers from ``R`` and ``T``; a step
+    on an image of the user's own falls back to the default set.
+    """
+    return images.ImageSet.of(running_image()) or images.DEFAULT_IMAGES
+
+
 @contextlib.contextmanager
 def _final_on_bad_input(step: str, *kinds: type[BaseException]) -> Iterator[None]:
     """Say plainly that a failure caused by the data or parameters will not pass on a retry.
@@ -412,7 +422,7 @@ def _cluster_input_service(
     with DataServiceLauncher(api).running(
         f"{job_name(run_key)}-data",
         wanted.cluster_workers,
-        image or images.COMPONENT_IMAGE,
+        image or running_images().component,
         run_id=run_key,
         service_account=pod.service_account,
         owner=pod.owner_reference(),
@@ -489,7 +499,7 @@ def _train_in_job(
         kinds = choose_launchers(where.launcher, api)
     job = JobConfig(
         name=name,
-        image=trainer_image or images.trainer_image(where.accelerator_resource),
+        image=trainer_image or running_images().trainer(where.accelerator_resource),
         trainer_args=options.to_args(config),
         workers=workers,
         placement=where,
