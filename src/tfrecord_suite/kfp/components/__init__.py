@@ -56,13 +56,24 @@ class Components:
 #: it stops a run in a Python without the package with a message that says what is missing,
 #: where kfp's executor would only say "No module named 'kfp'". kfp.local's SubprocessRunner
 #: puts its virtual environment's interpreter in place of ``python3`` here too.
-_PREAMBLE = """\
-export {env}="${{{env}:-{image}}}"
-if ! python3 -c 'import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ("kfp", "tfrecord_suite")))'; then
-  echo "error: the {name} component runs the tfrecord-suite package and kfp, which this Python cannot import. Run it in its image, ${env} (on Kubeflow, or with kfp.local.DockerRunner), or on the host with kfp.local.SubprocessRunner(use_venv=False) from a Python that has tfrecord-suite installed (in a checkout: make, then .venv/bin/python). SubprocessRunner(use_venv=True) makes a fresh virtual environment without either." >&2
-  exit 1
-fi
-"""
+_CHECK = (
+    "import importlib.util as u, sys; "
+    'sys.exit(not all(u.find_spec(m) for m in ("kfp", "tfrecord_suite")))'
+)
+_MISSING = (
+    "error: the {name} component runs the tfrecord-suite package and kfp, which this Python "
+    "cannot import. Run it in its image, ${env} (on Kubeflow, or with kfp.local.DockerRunner), "
+    "or on the host with kfp.local.SubprocessRunner(use_venv=False) from a Python that has "
+    "tfrecord-suite installed (in a checkout: make, then .venv/bin/python). "
+    "SubprocessRunner(use_venv=True) makes a fresh virtual environment without either."
+)
+_PREAMBLE = (
+    'export {env}="${{{env}:-{image}}}"\n'
+    f"if ! python3 -c '{_CHECK}'; then\n"
+    f'  echo "{_MISSING}" >&2\n'
+    "  exit 1\n"
+    "fi\n"
+)
 
 
 def component(fn: Callable[..., Any], image: str) -> Any:
