@@ -1,11 +1,11 @@
-# Two entry points: `make demo` (the whole DAG locally) and `make test`.
+# `make venv` builds .venv; then `make demo` (the whole DAG locally) and `make test`.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc
+.PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ tcmalloc:
 	       || apt-get download -qq libtcmalloc-minimal4t64; } && dpkg -x libtcmalloc-minimal4*.deb root) \
 	  && cp -L "$$(find $$dir/root -name libtcmalloc_minimal.so.4 | head -n 1)" $(TCMALLOC) \
 	  && rm -rf $$dir; } || echo "tcmalloc not installed: tf.data will run with glibc malloc"
+
+# the virtual environment alone (what every target below builds first)
+venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket

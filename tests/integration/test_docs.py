@@ -1,8 +1,15 @@
 """The docs cannot drift: the site builds strict, every `tfrecord-suite` command shown in the README
 and the docs parses against the real command line, every repository path they name exists, and
-the shell blocks marked runnable run, on small data (`<!-- runnable -->` before a ```bash block;
-each runs in a fresh folder holding data/penguins.csv and data/digits/, the stand-ins for "your
-own" CSV and image folder)."""
+the shell blocks marked runnable run as a reader runs them.
+
+A reader of the README or of getting-started follows the page from the top on a fresh clone: the
+test copies the repository's files into an empty folder, stands in for the Set up block's
+`make venv` (which would build a virtual environment) with a link to the environment under test,
+and runs the rest of the Set up block and every block marked `<!-- runnable -->` verbatim, in
+order, in one shell whose PATH does not hold the environment until the page's own `export` puts
+it there. Nothing else is prepared: the data the examples read is what the page's own commands
+write. Other pages' runnable blocks run alike, each page in a fresh copy of its own.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +27,9 @@ DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True
 PAGES = [os.path.join(ROOT, "README.md"), *DOCS]
 PAGES = [p for p in PAGES if f"{os.sep}bench{os.sep}" not in p]
 QUIET = {"NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
-BLOCK = re.compile(r"(<!-- runnable -->\n)?```(bash|sh|console)\n(.*?)```", re.S)
+BLOCK = re.compile(r"(<!-- (runnable|setup) -->\n)?```(bash|sh|console)\n(.*?)```", re.S)
+#: The Set up block's command that builds the virtual environment, which the test stands in for.
+MAKE_VENV = re.compile(r"^make venv(\s+#.*)?$")
 #: Top-level folders a page may name paths in.
 TOP = ("src/", "k8s/", "tests/", "pipelines/", "components/", "containers/", "docs/", ".github/",
        "benchmarks/")  # fmt: skip
@@ -30,13 +39,13 @@ def _rel(path: str) -> str:
     return os.path.relpath(path, ROOT)
 
 
-def shell_blocks() -> list[tuple[str, bool, str]]:
-    """``(page, runnable, script)`` of every shell block."""
+def shell_blocks() -> list[tuple[str, str, str]]:
+    """``(page, marker, script)`` of every shell block; marker is runnable, setup or empty."""
     out = []
     for page in PAGES:
         text = open(page).read()
         for m in BLOCK.finditer(text):
-            out.append((_rel(page), bool(m[1]), m[3]))
+            out.append((_rel(page), m[2] or "", m[4]))
     return out
 
 
@@ -96,33 +105,78 @@ def test_every_repository_path_named_exists():
     assert missing == []
 
 
-RUNNABLE = [(page, script) for page, runnable, script in shell_blocks() if runnable]
+#: Pages with runnable blocks, each with its Set up block (if any) and runnable blocks in order.
+RUNNABLE_PAGES = sorted({page for page, marker, _ in shell_blocks() if marker == "runnable"})
 
 
-@pytest.fixture(scope="module")
-def sample_data(tmp_path_factory):
-    from tfrecord_suite import demo_data
+def reader_script(page: str) -> str:
+    """What a reader of ``page`` types, in order: the Set up block but ``make venv``, then every
+    runnable block."""
+    lines = []
+    for p, marker, script in shell_blocks():
+        if p != page or not marker:
+            continue
+        if marker == "setup":
+            kept = [line for line in script.splitlines() if not MAKE_VENV.match(line.strip())]
+            assert len(kept) == len(script.splitlines()) - 1, f"{page}: no `make venv` in Set up"
+            script = "\n".join(kept) + "\n"
+        lines.append(script)
+    return "".join(lines)
 
-    root = tmp_path_factory.mktemp("docs-data")
-    demo_data.write_penguins(str(root / "penguins.csv"))
-    demo_data.write_digits(str(root / "digits"))
-    return root
+
+def fresh_clone(dest: str) -> str:
+    """The repository's files (tracked, and new ones git does not ignore) copied into ``dest``,
+    with ``.venv`` linked to the environment under test, as `make venv` would have left it."""
+    import shutil
+
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for rel in filter(None, listed):
+        src = os.path.join(ROOT, rel)
+        if rel == ".venv" or rel.startswith(".venv/") or not os.path.isfile(src):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+        shutil.copy2(src, os.path.join(dest, rel))
+    os.symlink(sys.prefix, os.path.join(dest, ".venv"))
+    return dest
+
+
+def reader_env() -> dict[str, str]:
+    """This environment without the virtual environment on PATH: the reader's shell before Set up."""
+    venv_bin = os.path.realpath(os.path.dirname(sys.executable))
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if os.path.realpath(p) != venv_bin]
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    return {**env, **QUIET, "PATH": os.pathsep.join(path)}
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(("page", "script"), RUNNABLE, ids=[f"{p}#{i}" for i, (p, _) in
-                         enumerate(RUNNABLE)])  # fmt: skip
-def test_runnable_blocks_run(page, script, sample_data, tmp_path):
-    os.symlink(sample_data, tmp_path / "data")
-    env = {**os.environ, **QUIET,
-           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}  # fmt: skip
+@pytest.mark.parametrize("page", RUNNABLE_PAGES)
+def test_a_reader_runs_the_page_verbatim_on_a_fresh_clone(page, tmp_path):
+    clone = fresh_clone(str(tmp_path / "clone"))
+    env = reader_env()
+    found = subprocess.run(["bash", "-c", "command -v tfrecord-suite"], env=env, cwd=clone)
+    assert found.returncode != 0, "tfrecord-suite is on PATH before the page's Set up"
+    script = reader_script(page)
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900,
+        cwd=clone, capture_output=True, text=True, env=env, timeout=1500,
     )  # fmt: skip
-    assert proc.returncode == 0, f"{page}:\n{script}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{page}:\n{script}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    # what the pages say of the printed `model:` folder: the SavedModel, metrics, the report
+    for folder in re.findall(r"^model: (.+)$", proc.stdout, re.M):
+        folder = os.path.join(clone, folder)
+        assert os.path.isdir(os.path.join(folder, "export")), folder
+        assert os.path.isfile(os.path.join(folder, "metrics.json")), folder
+        assert os.path.isfile(os.path.join(folder, "report.md")), folder
 
 
-def test_there_are_runnable_blocks_in_the_readme_and_the_docs():
-    pages = {page for page, _ in RUNNABLE}
-    assert "README.md" in pages and "docs/getting-started.md" in pages
+def test_the_readme_and_getting_started_are_followed_from_their_set_up():
+    assert {"README.md", "docs/getting-started.md"} <= set(RUNNABLE_PAGES)
+    for page in ("README.md", "docs/getting-started.md"):
+        script = reader_script(page)
+        assert 'export PATH="$PWD/.venv/bin:$PATH"' in script, page
+        assert script.index("export PATH") < script.index("tfrecord-suite ")
+    with open(os.path.join(ROOT, "Makefile")) as fh:
+        assert re.search(r"^venv: \$\(STAMP\)$", fh.read(), re.M)
