@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc
+.PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve docs-vendor clean tcmalloc
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,18 @@ components: $(STAMP)
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 docs: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir site
+
+# Mermaid for the site's diagrams (mkdocs.yml extra_javascript), from its npm release: the file
+# is committed; this fetches it again and checks it against the pinned digest
+MERMAID_VERSION := 11.17.2
+MERMAID_SHA256 := 581ed7d74bd9048d0e3a91363927d72ef22942d7722546b27f7cc29e35390eb8
+docs-vendor:
+	dir=$$(mktemp -d) && (cd $$dir && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null \
+	  && tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js package/LICENSE) \
+	  && echo "$(MERMAID_SHA256)  $$dir/package/dist/mermaid.min.js" | sha256sum -c --quiet \
+	  && cp $$dir/package/dist/mermaid.min.js docs/assets/vendor/mermaid-$(MERMAID_VERSION).min.js \
+	  && cp $$dir/package/LICENSE docs/assets/vendor/mermaid-$(MERMAID_VERSION).LICENSE \
+	  && rm -rf $$dir
 
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve

@@ -67,8 +67,76 @@ def test_the_site_builds_strict(tmp_path):
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, **QUIET}, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert (tmp_path / "site" / "deploy" / "index.html").exists()
-    assert (tmp_path / "site" / "reference" / "components" / "shard" / "index.html").exists()
+    site = tmp_path / "site"
+    assert (site / "deploy" / "index.html").exists()
+    assert (site / "reference" / "components" / "shard" / "index.html").exists()
+    check_rendered_reference(site)
+    check_diagrams_render_offline(site)
+
+
+def _default_cells(html: str) -> list[str]:
+    """The cells of every table column headed "default" in a rendered page."""
+    cells = []
+    for table in re.findall(r"<table>(.*?)</table>", html, re.S):
+        header = [re.sub(r"<[^>]+>", "", h).strip().lower()
+                  for h in re.findall(r"<th[^>]*>(.*?)</th>", table, re.S)]  # fmt: skip
+        if "default" not in header:
+            continue
+        col = header.index("default")
+        for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]:
+            row_cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+            cells.append(row_cells[col].strip() if col < len(row_cells) else "")
+    return cells
+
+
+def check_rendered_reference(site) -> None:
+    """The reference as a reader sees it: every default is a value, "required" or "not set";
+    no placeholder of the generator (Sentinel.UNSET, _required), no empty one; no folder of the
+    machine that built the site."""
+    pages = list(site.rglob("*.html"))
+    checked = 0
+    for page in pages:
+        html = page.read_text()
+        rel = page.relative_to(site)
+        assert ROOT not in html, f"{rel} names the build checkout {ROOT}"
+        if not str(rel).startswith("reference"):
+            continue
+        for bad in ("Sentinel", "_required", "<code></code>"):
+            assert bad not in html, f"{rel}: {bad}"
+        cells = _default_cells(html)
+        assert all(re.sub(r"<[^>]+>", "", c).strip() for c in cells), f"{rel}: an empty default"
+        checked += len(cells)
+    assert checked > 300, checked  # every flag, field, input and parameter
+
+
+def check_diagrams_render_offline(site) -> None:
+    """Every page with a Mermaid diagram loads Mermaid from the site itself: the theme fetches
+    it from a CDN only where no global `mermaid` is defined, and the vendored file defines it."""
+    import hashlib
+
+    with open(os.path.join(ROOT, "Makefile")) as fh:
+        makefile = fh.read()
+    version = re.search(r"^MERMAID_VERSION := (\S+)$", makefile, re.M)[1]
+    digest = re.search(r"^MERMAID_SHA256 := (\S+)$", makefile, re.M)[1]
+    vendored = site / "assets" / "vendor" / f"mermaid-{version}.min.js"
+    js = vendored.read_bytes()
+    assert hashlib.sha256(js).hexdigest() == digest  # the npm release, as `make docs-vendor` checks
+    assert js.rstrip().endswith(
+        b'globalThis["mermaid"] = globalThis.__esbuild_esm_mermaid_nm["mermaid"].default;'
+    )
+    (bundle,) = (site / "assets" / "javascripts").glob("bundle.*.min.js")
+    assert 'typeof mermaid=="undefined"' in bundle.read_text()  # the theme's own test
+    diagrams = 0
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        if 'class="mermaid"' in html:
+            diagrams += 1
+            srcs = re.findall(r'<script src="([^"]+)"', html)
+            assert any(src.endswith(f"assets/vendor/mermaid-{version}.min.js") for src in srcs), (
+                page
+            )
+            assert not any(src.startswith(("http:", "https:", "//")) for src in srcs), page
+    assert diagrams >= 2  # the home page's DAG and the ready pipelines'
 
 
 def test_every_command_shown_parses_against_the_command_line():
@@ -109,19 +177,24 @@ def test_every_repository_path_named_exists():
 RUNNABLE_PAGES = sorted({page for page, marker, _ in shell_blocks() if marker == "runnable"})
 
 
-def reader_script(page: str) -> str:
-    """What a reader of ``page`` types, in order: the Set up block but ``make venv``, then every
-    runnable block."""
-    lines = []
+def setup_script(page: str) -> str | None:
+    """``page``'s Set up block without ``make venv`` (None: the page has none)."""
     for p, marker, script in shell_blocks():
-        if p != page or not marker:
-            continue
-        if marker == "setup":
+        if p == page and marker == "setup":
             kept = [line for line in script.splitlines() if not MAKE_VENV.match(line.strip())]
             assert len(kept) == len(script.splitlines()) - 1, f"{page}: no `make venv` in Set up"
-            script = "\n".join(kept) + "\n"
-        lines.append(script)
-    return "".join(lines)
+            return "\n".join(kept) + "\n"
+    return None
+
+
+def reader_script(page: str) -> str:
+    """What a reader of ``page`` types, in order: the Set up block but ``make venv``, then every
+    runnable block. A page without a Set up block is read after Getting started's."""
+    setup = setup_script(page) or setup_script("docs/getting-started.md")
+    runnable = [
+        script for p, marker, script in shell_blocks() if p == page and marker == "runnable"
+    ]
+    return "".join([setup or "", *runnable])
 
 
 def fresh_clone(dest: str) -> str:
@@ -180,3 +253,39 @@ def test_the_readme_and_getting_started_are_followed_from_their_set_up():
         assert script.index("export PATH") < script.index("tfrecord-suite ")
     with open(os.path.join(ROOT, "Makefile")) as fh:
         assert re.search(r"^venv: \$\(STAMP\)$", fh.read(), re.M)
+
+
+PY_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+PYTHON = [(_rel(page), code) for page in PAGES for code in PY_BLOCK.findall(open(page).read())]
+
+
+@pytest.mark.parametrize(("page", "code"), PYTHON, ids=[f"{p}#{i}" for i, (p, _) in
+                         enumerate(PYTHON)])  # fmt: skip
+def test_every_python_block_compiles_and_its_pipelines_compile_with_kfp(page, code, tmp_path):
+    """Every Python example runs as written (definitions only: nothing is submitted), and each
+    pipeline it defines compiles with kfp's compiler with caching off where the steps' policy
+    says (tfrecord_suite.kfp.steps.STEPS)."""
+    from kfp import compiler
+    from kfp.dsl import graph_component
+    from support import cached_against_policy
+
+    scope: dict = {}
+    exec(compile(code, page, "exec", dont_inherit=True), scope)  # not this file's __future__
+    pipelines = [v for v in scope.values() if isinstance(v, graph_component.GraphComponent)]
+    for pipeline in pipelines:
+        path = str(tmp_path / f"{pipeline.name}.yaml")
+        compiler.Compiler().compile(pipeline, path)
+        assert cached_against_policy(path) == [], f"{page}: {pipeline.name} caches them"
+
+
+def test_there_are_python_examples_with_pipelines():
+    pages = {page for page, code in PYTHON if "@dsl.pipeline" in code}
+    assert {"README.md", "docs/how-to/components.md"} <= pages
+
+
+def test_the_steps_named_uncached_are_the_policy():
+    from tfrecord_suite.kfp.steps import STEPS
+
+    text = open(os.path.join(ROOT, "docs", "how-to", "components.md")).read()
+    named = re.search(r"caching \(off for (.*?):", text, re.S)[1]
+    assert set(re.findall(r"`(\w+)`", named)) == {n for n, p in STEPS.items() if not p.cache}

@@ -4,6 +4,7 @@ import os
 import re
 
 import pytest
+from support import cached_against_policy
 
 from tfrecord_suite.kfp import catalog
 from tfrecord_suite.kfp.components import COMPONENTS
@@ -46,6 +47,7 @@ def test_readme_example_compiles_with_the_committed_specs(name, tmp_path, monkey
     exec(compile(code, f"components/{name}/README.md", "exec"), scope)
     assert any(u.endswith(f"/{name}/component.yaml") for u in urls)
     compiler.Compiler().compile(scope["my_pipeline"], str(tmp_path / "p.yaml"))
+    assert cached_against_policy(str(tmp_path / "p.yaml")) == []
 
 
 def test_the_metadata_rules_refuse_what_upstream_refuses():

@@ -134,6 +134,13 @@ def _default(port: Port) -> str:
     return f"`{json.dumps(value)}`"
 
 
+def _retried(retries: int) -> str:
+    """How often a failed step is retried, in words."""
+    if retries == 0:
+        return "a failure is not retried"
+    return f"a failure is retried {'once' if retries == 1 else f'up to {retries} times'}"
+
+
 def render_readme(
     name: str, spec_text: str, metadata: dict[str, Any], owners: dict[str, Any]
 ) -> str:
@@ -178,8 +185,8 @@ def render_readme(
     w("\n## Caching and reruns\n\n")
     cached = "may be cached" if policy.cache else "should not be cached"
     w(
-        f"In the suite's ready pipelines this step {cached} by Kubeflow, and is retried "
-        f"{policy.retries} time(s) on failure. {BEHAVIOUR[name]} A failure caused by its data "
+        f"In the suite's ready pipelines this step {cached} by Kubeflow, and "
+        f"{_retried(policy.retries)}. {BEHAVIOUR[name]} A failure caused by its data "
         "or parameters says so (`retrying ... will not help`).\n"
     )
     if policy.pod_info:
@@ -243,17 +250,16 @@ EXAMPLES = {
     pinned.set_caching_options(False)  # aliases move
 """,
     "train": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
-    pinned.set_caching_options(False)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"], epochs=10)
 """,
     "evaluate": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
 """,
     "register": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
     register(
@@ -263,28 +269,28 @@ EXAMPLES = {
     ).set_caching_options(False)
 """,
     "promote": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
         evaluation=scored.outputs["evaluation"],
-    )
+    ).set_caching_options(False)
     with dsl.If(scored.outputs["Output"] == "promote"):
         promote(
             registered=registered.outputs["registered"], evaluation=scored.outputs["evaluation"]
         ).set_caching_options(False)
 """,
     "report": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
         evaluation=scored.outputs["evaluation"],
-    )
+    ).set_caching_options(False)
     report(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
