@@ -289,3 +289,38 @@ def test_the_steps_named_uncached_are_the_policy():
     text = open(os.path.join(ROOT, "docs", "how-to", "components.md")).read()
     named = re.search(r"caching \(off for (.*?):", text, re.S)[1]
     assert set(re.findall(r"`(\w+)`", named)) == {n for n, p in STEPS.items() if not p.cache}
+
+
+def test_troubleshooting_covers_the_first_failures_and_quotes_real_messages():
+    """The page covers image pulls, 403s, namespaces, Pending pods and storage credentials; the
+    suite's messages it quotes are in the source, Google's is the installed library's own."""
+    import inspect
+
+    import google.auth._default as adc
+
+    import tfrecord_suite.kfp.components as wrappers
+    import tfrecord_suite.kfp.endpoint as endpoint
+
+    text = open(os.path.join(ROOT, "docs", "troubleshooting.md")).read()
+    flat = " ".join(text.split())
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    for topic in ("image cannot be pulled", "403", "Namespace and profile", "Pending",
+                  "Credentials for GCS"):  # fmt: skip
+        assert any(topic in h for h in headings), topic
+    with open(os.path.join(ROOT, "mkdocs.yml")) as fh:
+        assert "troubleshooting.md" in fh.read()
+    ours = " ".join(inspect.getsource(endpoint).split()) + " ".join(
+        inspect.getsource(wrappers).split()
+    )
+    ours = ours.replace('" "', "").replace("%s", "...")
+    for quoted in (
+        "(check --auth and the token)",
+        "is multi-user Kubeflow: give --namespace, your profile's namespace (in a pod, its own "
+        "namespace is used)",
+        "is standalone Kubeflow Pipelines, whose runs have no namespace",
+        "runs the tfrecord-suite package and kfp, which this Python cannot import.",
+    ):
+        assert quoted in flat, quoted
+        assert quoted in ours, quoted
+    google = " ".join(adc._CLOUD_SDK_MISSING_CREDENTIALS.split())
+    assert google in flat
