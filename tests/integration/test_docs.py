@@ -14,6 +14,7 @@ write. Other pages' runnable blocks run alike, each page in a fresh copy of its 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import re
 import shlex
@@ -324,3 +325,74 @@ def test_troubleshooting_covers_the_first_failures_and_quotes_real_messages():
         assert quoted in ours, quoted
     google = " ".join(adc._CLOUD_SDK_MISSING_CREDENTIALS.split())
     assert google in flat
+
+
+def test_the_missing_values_named_are_the_ones_read_as_missing():
+    from tfrecord_suite.schema import DEFAULT_NA_VALUES
+
+    for page in ("docs/concepts/shard.md", "docs/how-to/your-data.md"):
+        text = open(os.path.join(ROOT, page)).read()
+        line = re.search(r"[^;|]*\bare missing", " ".join(text.split()))[0]
+        named = set(re.findall(r"`([^`]+)`", line))
+        assert named == set(DEFAULT_NA_VALUES) - {""}, page
+        assert "empty" in line, page
+
+
+def test_retrain_takes_the_flags_of_submit_the_page_says():
+    import click
+
+    from tfrecord_suite.cli.main import main
+
+    def flags(name):
+        cmd = main.get_command(click.Context(main), name)
+        return {o for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
+
+    text = " ".join(open(os.path.join(ROOT, "docs", "how-to", "retraining.md")).read().split())
+    but = re.search(r"It takes the flags of `submit` \([^)]*\) but (.*?), so the run", text)[1]
+    assert set(re.findall(r"`(--[\w-]+)`", but)) == flags("submit") - flags("retrain")
+
+
+def test_the_dag_diagrams_of_the_readme_and_home_page_are_the_pipelines():
+    """Each arrow of the hand-drawn retraining DAG is a dependency of the compiled pipeline
+    (report beside promote, not after it), and every step is drawn."""
+    import yaml
+
+    with open(os.path.join(ROOT, "pipelines", "retraining.yaml")) as fh:
+        spec = next(yaml.safe_load_all(fh))
+    tasks = spec["root"]["dag"]["tasks"]
+    needs = {t: set(b.get("dependentTasks", [])) for t, b in tasks.items()}
+    gate = next(t for t in tasks if "dag" in spec["components"][tasks[t]["componentRef"]["name"]])
+    inner = spec["components"][tasks[gate]["componentRef"]["name"]]["dag"]["tasks"]
+    needs.update({t: {"gate"} for t in inner})
+    needs["gate"] = needs.pop(gate)
+
+    def upstream(task):
+        seen, todo = set(), [task]
+        while todo:
+            for dep in needs[todo.pop()] - seen:
+                seen.add(dep)
+                todo.append(dep)
+        return seen
+
+    for page in ("README.md", "docs/index.md"):
+        (chart,) = re.findall(r"```mermaid\n(.*?)```", open(os.path.join(ROOT, page)).read(), re.S)
+        nodes = [re.findall(r"(\w+)(?:\{\{\w+\}\})?", line) for line in chart.splitlines()[1:]]
+        edges = {(a, b) for line in nodes for a, b in itertools.pairwise(line)}
+        drawn = {n for line in nodes for n in line}
+        assert drawn == set(needs), page
+        for a, b in edges:
+            assert a in upstream(b), f"{page}: {a} --> {b} is no dependency of the pipeline"
+
+
+def test_the_size_the_pages_give_the_virtual_environment_is_its_size():
+    """`make venv`'s environment is "about N GB" on the pages that say so (the bench's own
+    extras, PyTorch and its CUDA wheels, left out: `make bench` adds them)."""
+    bench_only = ("torch", "nvidia", "triton", "functorch")
+    total = 0
+    for folder, dirs, files in os.walk(sys.prefix):
+        if os.path.basename(folder) == "site-packages":
+            dirs[:] = [d for d in dirs if not d.startswith(bench_only)]
+        total += sum(os.lstat(os.path.join(folder, f)).st_size for f in files)
+    for page in ("README.md", "docs/getting-started.md"):
+        (said,) = re.findall(r"about (\d+(?:\.\d+)?) GB", open(os.path.join(ROOT, page)).read())
+        assert abs(total / 1e9 - float(said)) <= 0.6, (page, total / 1e9)
