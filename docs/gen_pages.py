@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
 
 from tfrecord_suite.cli.options import FLATTEN, attribute_docs  # noqa: E402
+from tfrecord_suite.kfp.catalog import folder, relative_folder  # noqa: E402
 from tfrecord_suite.kfp.components import COMPONENTS  # noqa: E402
 from tfrecord_suite.pipelines import PIPELINES, compiled_path, module  # noqa: E402
 
@@ -68,12 +69,13 @@ def components() -> None:
              ""]  # fmt: skip
     rows = []
     for name, fn in COMPONENTS.items():
-        with open(os.path.join(ROOT, "components", name, "README.md")) as fh:
+        with open(os.path.join(folder(name, os.path.join(ROOT, "components")), "README.md")) as fh:
             text = fh.read()
         with mkdocs_gen_files.open(f"reference/components/{name}.md", "w") as out:
             out.write(text)
         mkdocs_gen_files.set_edit_path(
-            f"reference/components/{name}.md", f"../components/{name}/metadata.yaml"
+            f"reference/components/{name}.md",
+            f"../components/{relative_folder(name)}/metadata.yaml",
         )
         summary = (fn.__doc__ or "").strip().splitlines()[0]
         rows.append([f"[{name}]({name}.md)", summary])
