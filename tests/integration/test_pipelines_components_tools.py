@@ -121,7 +121,7 @@ def test_component_py_compiles_to_the_spec_as_restated(name, tmp_path):
             side: {
                 group: {
                     k: {f: v for f, v in p.items() if f != "description"} for k, p in ports.items()
-                }  # fmt: skip
+                }
                 for group, ports in comp.get(side, {}).items()
             }
             for side in ("inputDefinitions", "outputDefinitions")
