@@ -52,7 +52,7 @@ compile: $(STAMP)
 	for p in retraining data training; do \
 	  $(BIN)/tfrecord-suite compile --pipeline $$p --output pipelines/$$p.yaml || exit 1; done
 
-# each component's compiled spec and README (components/<name>/), from the component functions
+# each component's compiled spec and README (components/<category>/<name>/), from the component functions
 # and their metadata.yaml; a test fails when a committed one is stale
 components: $(STAMP)
 	$(BIN)/tfrecord-suite components

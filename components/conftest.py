@@ -1,6 +1,6 @@
 """Each component run alone through kfp.local, as kubeflow/pipelines-components tests each one.
 
-The components are loaded from their committed ``components/<name>/component.yaml``, as a user
+The components are loaded from their committed ``components/<category>/<name>/component.yaml``, as a user
 loads them. A component whose inputs are another's outputs takes them from that component's own
 run, brought in with ``dsl.importer``, and their metadata as ML Metadata hands it to a step on a
 cluster (numbers as doubles, lists and structs wrapped: ``tests/fakes/launcher.py``). The runs

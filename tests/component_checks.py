@@ -1,4 +1,4 @@
-"""What every component folder's unit tests check (components/<name>/tests/).
+"""What every component folder's unit tests check (components/<category>/<name>/tests/).
 
 * the committed spec loads as a user loads it, names the component, and describes every input
   and output, as kubeflow/pipelines-components asks;

@@ -4,7 +4,7 @@ The component functions live in :mod:`.data` and :mod:`.training`; :func:`build_
 them kfp components on the images of an :class:`~tfrecord_suite.images.ImageSet`, so one
 definition compiles for any registry and tag, and the train step for the image its hardware needs.
 :data:`COMPONENTS` is the one list of them: the pipelines, the Python API
-(:mod:`tfrecord_suite.components`) and ``components/<name>/`` all come from it.
+(:mod:`tfrecord_suite.components`) and ``components/<category>/<name>/`` all come from it.
 """
 
 from __future__ import annotations
