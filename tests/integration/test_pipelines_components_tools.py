@@ -224,3 +224,18 @@ def test_upstream_readme_generator_finds_every_readme_in_sync(upstream_tree):
 def test_upstream_import_guard(upstream_tree):
     _run(upstream_tree, ".github/scripts/check_imports/check_imports.py", "--config",
          ".github/scripts/check_imports/import_exceptions.yaml", "components")  # fmt: skip
+
+
+def test_owners_name_the_alias_defined_once_and_not_done_says_it_lists_nobody():
+    """Every OWNERS names an alias of OWNERS_ALIASES, the one list of maintainers; while that
+    list is empty, docs/not-done.md says so."""
+    with open(os.path.join(ROOT, "OWNERS_ALIASES")) as fh:
+        aliases = yaml.safe_load(fh)["aliases"]
+    for rel in FOLDERS:
+        with open(os.path.join(COMPONENTS, rel, "OWNERS")) as fh:
+            owners = yaml.safe_load(fh)
+        for role in ("approvers", "reviewers"):
+            assert set(owners[role]) <= set(aliases), (rel, role)
+    if not any(aliases.values()):
+        with open(os.path.join(ROOT, "docs", "not-done.md")) as fh:
+            assert "OWNERS_ALIASES" in fh.read()
