@@ -417,3 +417,9 @@ def test_the_prose_around_the_generated_results_quotes_no_figure_of_its_own():
         text = re.sub(r"target (?:\(|of )?\d[\d.]*(?: at \d+ ms)?", "", text)
         text = re.sub(r"\b\d+ KB records?\b|~100 KB|~140 MB|1\.4 GB", "", text)  # the setup
         assert FIGURE.findall(text) == [], page
+
+
+def test_the_files_mkdocs_yml_names_exist():
+    with open(os.path.join(ROOT, "mkdocs.yml")) as fh:
+        named = re.findall(r"\b((?:tests|docs|src)/[\w/.-]+\.(?:py|md|js))\b", fh.read())
+    assert named and all(os.path.exists(os.path.join(ROOT, p)) for p in named), named
