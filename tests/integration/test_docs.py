@@ -423,3 +423,11 @@ def test_the_files_mkdocs_yml_names_exist():
     with open(os.path.join(ROOT, "mkdocs.yml")) as fh:
         named = re.findall(r"\b((?:tests|docs|src)/[\w/.-]+\.(?:py|md|js))\b", fh.read())
     assert named and all(os.path.exists(os.path.join(ROOT, p)) for p in named), named
+
+
+def test_the_readme_links_to_files_that_exist():
+    """On GitHub the README's links open files of the repository: no page only the site builds."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    links = [t.split("#")[0] for t in re.findall(r"\]\(([^)]+)\)", text)]
+    local = [t for t in links if t and not t.startswith(("http:", "https:"))]
+    assert local and [t for t in local if not os.path.exists(os.path.join(ROOT, t))] == []
