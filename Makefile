@@ -1,11 +1,11 @@
-# Two entry points: `make demo` (the whole DAG locally) and `make test`.
+# `make venv` builds .venv; then `make demo` (the whole DAG locally) and `make test`.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc
+.PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve docs-vendor clean tcmalloc
 .PHONY: real-parts real-parts-runners
 
 $(STAMP): pyproject.toml constraints.txt
@@ -23,6 +23,9 @@ tcmalloc:
 	       || apt-get download -qq libtcmalloc-minimal4t64; } && dpkg -x libtcmalloc-minimal4*.deb root) \
 	  && cp -L "$$(find $$dir/root -name libtcmalloc_minimal.so.4 | head -n 1)" $(TCMALLOC) \
 	  && rm -rf $$dir; } || echo "tcmalloc not installed: tf.data will run with glibc malloc"
+
+# the virtual environment alone (what every target below builds first)
+venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket
@@ -50,7 +53,7 @@ compile: $(STAMP)
 	for p in retraining data training; do \
 	  $(BIN)/tfrecord-suite compile --pipeline $$p --output pipelines/$$p.yaml || exit 1; done
 
-# each component's compiled spec and README (components/<name>/), from the component functions
+# each component's compiled spec and README (components/<category>/<name>/), from the component functions
 # and their metadata.yaml; a test fails when a committed one is stale
 components: $(STAMP)
 	$(BIN)/tfrecord-suite components
@@ -59,6 +62,18 @@ components: $(STAMP)
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 docs: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir site
+
+# Mermaid for the site's diagrams (mkdocs.yml extra_javascript), from its npm release: the file
+# is committed; this fetches it again and checks it against the pinned digest
+MERMAID_VERSION := 11.17.2
+MERMAID_SHA256 := 581ed7d74bd9048d0e3a91363927d72ef22942d7722546b27f7cc29e35390eb8
+docs-vendor:
+	dir=$$(mktemp -d) && (cd $$dir && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null \
+	  && tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js package/LICENSE) \
+	  && echo "$(MERMAID_SHA256)  $$dir/package/dist/mermaid.min.js" | sha256sum -c --quiet \
+	  && cp $$dir/package/dist/mermaid.min.js docs/assets/vendor/mermaid-$(MERMAID_VERSION).min.js \
+	  && cp $$dir/package/LICENSE docs/assets/vendor/mermaid-$(MERMAID_VERSION).LICENSE \
+	  && rm -rf $$dir
 
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve

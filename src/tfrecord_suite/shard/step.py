@@ -328,6 +328,27 @@ def run_shard(config: ShardConfig) -> ShardSummary:
     return summary
 
 
+def key_as_metadata(schema: Schema, key_column: str) -> Schema:
+    """``schema`` with the key column as metadata (kind ``meta``), not a model input.
+
+    The key (a row id) only decides each row's split; fed to a model it would be memorized, not
+    learned from. It stays in every record, for joins and lookups.
+
+    Raises:
+        UserError: The key column is not a column of the input, or it is the label.
+
+    """
+    for i, f in enumerate(schema.features):
+        if key_column in (f.source, f.name):
+            if f.name == schema.label:
+                raise UserError(f"--key-column {key_column!r} is the label; pick a row id column")
+            features = list(schema.features)
+            features[i] = dataclasses.replace(f, kind="meta")
+            return dataclasses.replace(schema, features=features)
+    columns = ", ".join(f.source or f.name for f in schema.features)
+    raise UserError(f"--key-column {key_column!r} is not a column of the input ({columns})")
+
+
 def _plan_job(config: ShardConfig) -> _ShardJob:
     """Resolve the input, format and schema; prepare the output and the temporary folders."""
     from tfrecord_suite.shard.spill import bucket_count
@@ -339,8 +360,10 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
     _prepare_output(output, config.overwrite)
     schema = resolve_schema(config, fmt, files)
     splits = convert.SplitSpec.parse(config.splits)
-    if config.key_column is not None and fmt not in ("csv", "tsv", "jsonl", "parquet"):
-        raise UserError("--key-column applies to tabular formats only")
+    if config.key_column is not None:
+        if fmt not in ("csv", "tsv", "jsonl", "parquet"):
+            raise UserError("--key-column applies to tabular formats only")
+        schema = key_as_metadata(schema, config.key_column)
     temp_dir = storage.join(output, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}")
     storage.makedirs(temp_dir)
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
