@@ -28,7 +28,7 @@ from typing import Any
 from tfrecord_suite import images
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.io import storage
-from tfrecord_suite.kfp.mlmd import describe
+from tfrecord_suite.kfp.mlmd import describe, log_metrics
 from tfrecord_suite.podinfo import PodInfo
 
 _LOG = logging.getLogger(__name__)
@@ -539,12 +539,15 @@ def _fill_train_artifacts(
             "replicas": result.replicas,
         },
     )
-    for split, values in result.evaluation.items():
-        for name, value in values.items():
-            metrics.log_metric(f"{split}_{name}", round(float(value), 6))
-    metrics.log_metric("examples_per_second", round(result.examples_per_second, 1))
-    if result.input:
-        metrics.log_metric("input_wait_share", round(result.input["input_wait_share"], 4))
+    logged = {
+        f"{split}_{name}": round(float(value), 6)
+        for split, values in result.evaluation.items()
+        for name, value in values.items()
+    }
+    logged["examples_per_second"] = round(result.examples_per_second, 1)
+    if result.input.get("input_wait_share") is not None:
+        logged["input_wait_share"] = round(result.input["input_wait_share"], 4)
+    log_metrics(metrics, logged)
     check = result.serving_check
     if check:
         classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
@@ -665,9 +668,10 @@ def evaluate_task(
         )
     )
     metric = result.metric
-    evaluation.log_metric(f"candidate_{metric}", round(result.candidate["value"], 6))
+    scores = {f"candidate_{metric}": round(result.candidate["value"], 6)}
     if result.baseline:
-        evaluation.log_metric(f"baseline_{metric}", round(result.baseline["value"], 6))
+        scores[f"baseline_{metric}"] = round(result.baseline["value"], 6)
+    log_metrics(evaluation, scores)
     describe(
         evaluation,
         {
