@@ -191,9 +191,7 @@ def test_a_diverging_run_fails_the_step_before_any_metric_is_logged(published_di
     metrics = Artifact("")
     with pytest.raises(RetryWillNotHelp, match=r"training diverged: loss was nan in epoch 1 "
                        r"\(learning rate 1e\+12\).*will not help") as err:  # fmt: skip
-        train_step(
-            published_digits["ref"], tmp_path, learning_rate=1e12, epochs=3, metrics=metrics
-        )
+        train_step(published_digits["ref"], tmp_path, learning_rate=1e12, epochs=3, metrics=metrics)
     assert isinstance(err.value.__cause__, TrainError)
     assert metrics.logged == {} and metrics.metadata == {}
     # TerminateOnNaN stopped fit in its first epoch: nothing was exported

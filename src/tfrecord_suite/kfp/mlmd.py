@@ -110,9 +110,7 @@ def log_metrics(artifact: Any, values: Mapping[str, Any]) -> None:
     bad = [
         f"{name}={value}"
         for name, value in values.items()
-        if isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
     ]
     if bad:
         raise MetadataError(
