@@ -35,6 +35,7 @@ from tfrecord_suite.launch.job import (
     LauncherUnavailable,
     job_name,
 )
+from tfrecord_suite.launch.lease import Lease
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob
 from tfrecord_suite.launch.trainjob import RUNTIME_NAME, TrainJob, render_trainjob
@@ -352,7 +353,7 @@ def test_a_refused_trainjob_names_the_likely_cause():
 
 # ------------------------------------------------------------------------------ RBAC
 
-_VERBS = {"POST": "create", "GET": "get", "DELETE": "delete"}
+_VERBS = {"POST": "create", "GET": "get", "DELETE": "delete", "PATCH": "patch"}
 
 
 def _rbac_requests(requests):
@@ -396,6 +397,12 @@ def test_rbac_grants_exactly_what_the_launcher_calls():
         with first, retried:
             pass
         used |= _rbac_requests(k8s.requests)
+    with FakeKubernetes(Scenario([("Succeeded", "")])) as k8s:  # the step's lease, adopted
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-1"}
+        lease = Lease(k8s.api_client(), "l", "img", namespace="ml", run_id="r", owner=owner)
+        with lease, Lease(k8s.api_client(), "l", "img", namespace="ml", run_id="r"):
+            lease.renew()
+        used |= _rbac_requests(k8s.requests)
     with open(os.path.join(K8S, "base", "role.yaml")) as fh:
         role = yaml.safe_load(fh)
     granted = {
@@ -434,10 +441,17 @@ def test_train_task_launches_a_trainjob_on_a_current_cluster(tmp_path, monkeypat
             trainer_image="registry.example.com/t/tfrecord-suite-gpu:v1",
         )["metrics"]
         (job,) = k8s.created
+        (lease,) = [o for o in k8s.objects_created if o["kind"] == "Job"]
+        lease_uid = next(u for u, (kind, _, _) in k8s.uids.items() if kind == "Job")
+        assert k8s.objects == {}  # the lease is deleted after the job
     assert job["kind"] == "TrainJob"
-    # what the downward API told the step's pod: the job is owned by that pod, and its nodes
-    # run as the run's own account
+    # what the downward API told the step's pod: the job is owned by the step's lease, which
+    # that pod owns, and its nodes run as the run's own account
     assert job["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": lease["metadata"]["name"],
+         "uid": lease_uid}
+    ]  # fmt: skip
+    assert lease["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -445,6 +459,7 @@ def test_train_task_launches_a_trainjob_on_a_current_cluster(tmp_path, monkeypat
             "uid": "0b9c-77",
         }
     ]
+    assert lease["spec"]["parallelism"] == 0 and lease["spec"]["ttlSecondsAfterFinished"] == 0
     node = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
     pod = node["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "default-editor"

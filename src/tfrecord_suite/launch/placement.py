@@ -25,8 +25,23 @@ LAUNCHERS = ("auto", "trainjob", "tfjob")
 PER_GPU_REQUEST = (2, 8)
 #: What a trainer on a TPU host requests (TPU hosts have tens of cores and hundreds of GiB).
 TPU_HOST_REQUEST = ("8", "32Gi")
-#: What a CPU-only trainer requests.
-CPU_TRAINER_REQUEST = ("4", "16Gi")
+#: What a CPU-only trainer requests: it fits a 4 vCPU / 16 GB node (:data:`SMALL_NODE`).
+CPU_TRAINER_REQUEST = ("3", "10Gi")
+#: What a 4 vCPU / 16 GB node (GKE e2-standard-4, EKS m5.xlarge) leaves for pods after the
+#: kubelet's reservations and the usual daemon sets: the defaults of every pod the suite
+#: creates fit in it (a request or limit above it would stay Pending on such a node).
+SMALL_NODE = {"cpu": "3500m", "memory": "12Gi"}
+
+
+def fits_small_node(quantities: dict[str, str]) -> bool:
+    """Whether CPU and memory ``quantities`` (Kubernetes quantities) fit :data:`SMALL_NODE`."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    return all(
+        parse_quantity(quantities[key]) <= parse_quantity(SMALL_NODE[key])
+        for key in SMALL_NODE
+        if key in quantities
+    )
 
 
 @dataclasses.dataclass(frozen=True)
