@@ -35,8 +35,8 @@ def test_every_object_is_valid_kubernetes():
     for path in _all_files():
         rel = os.path.relpath(path, manifests.K8S)
         for doc in manifests.load(rel):
-            if isinstance(doc, list) or doc.get("kind") in ("Kustomization", "Component"):
-                continue  # a JSON patch, or kustomize's own files
+            if isinstance(doc, list) or doc.get("kind") in ("Kustomization", "Component", None):
+                continue  # a JSON patch, kustomize's own files, the retraining settings
             kinds.add(doc["kind"])
             _validate(doc)
     assert {"Role", "RoleBinding", "ServiceAccount", "CronJob", "ResourceQuota"} <= kinds
@@ -52,7 +52,9 @@ def test_rbac_is_least_privilege_and_namespaced():
             for rule in doc.get("rules", []):
                 for key in ("apiGroups", "resources", "verbs"):
                     assert "*" not in rule[key], f"wildcard in {key}: {rule}"
-                assert not set(rule["verbs"]) & {"update", "patch", "escalate", "bind"}
+                assert not set(rule["verbs"]) & {"update", "escalate", "bind"}
+                if "patch" in rule["verbs"]:  # only the step's lease is patched (its deadline)
+                    assert (rule["apiGroups"], rule["resources"]) == (["batch"], ["jobs"])
 
 
 def test_no_secrets_in_manifests_or_compiled_pipelines():
@@ -95,7 +97,9 @@ def test_cronjob_pod_is_locked_down_and_out_of_the_mesh():
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HOME"] == "/tmp"  # the only writable place
-    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp"}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert set(mounts) == {"/tmp", "/etc/tfrecord-suite"}
+    assert mounts["/etc/tfrecord-suite"]["readOnly"] is True  # the settings ConfigMap
     assert "--namespace=$(KFP_NAMESPACE)" not in container["args"]  # standalone: none
 
 
@@ -303,13 +307,19 @@ def test_multi_user_runs_as_default_editor_which_holds_what_a_run_needs():
     patch = next(p for p in kustomization["patches"] if p["target"]["kind"] == "RoleBinding")
     assert yaml.safe_load(patch["patch"])[0]["value"]["name"] == "default-editor"
     # and the CronJob's account may create runs there (the API server's SubjectAccessReview:
-    # create on runs.pipelines.kubeflow.org in the run's namespace)
+    # create on runs.pipelines.kubeflow.org in the run's namespace), through a Role of ours
+    # that holds no more than kubeflow-pipelines-edit would (test_k8s_retrain.py: exactly what
+    # retrain asks for)
     (binding,) = manifests.load("overlays/multi-user/retrain-rolebinding.yaml")
-    assert binding["roleRef"]["name"] == "kubeflow-pipelines-edit"
-    pipelines_edit = _aggregate(roles, binding["roleRef"]["name"])
+    (role,) = manifests.load("overlays/multi-user/retrain-role.yaml")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    ours = _rules(role)
     for verb_resource in (("create", "runs"), ("create", "experiments"), ("create", "pipelines")):
         verb, resource = verb_resource
-        assert _allows(pipelines_edit, ("pipelines.kubeflow.org", resource, verb)), verb_resource
+        assert _allows(ours, ("pipelines.kubeflow.org", resource, verb)), verb_resource
+    pipelines_edit = _aggregate(roles, "kubeflow-pipelines-edit")
+    assert all(_allows(pipelines_edit, need) for need in ours)
 
 
 @needs_kubectl
@@ -342,9 +352,10 @@ def test_data_service_dispatcher_lists_every_worker_by_the_name_it_advertises():
     list must be exactly the worker pods' stable names, as each worker advertises itself."""
     from tfrecord_suite.cli.main import main
 
-    docs = {d["metadata"]["name"]: d for d in manifests.render("data-service")}
-    service, dispatcher, workers = (docs[n] for n in ("tfrs-data", "tfrs-data-dispatcher",
-                                                      "tfrs-data-worker"))  # fmt: skip
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests.render("data-service")}
+    service, dispatcher, workers = (docs[k] for k in (("Service", "tfrs-data"),
+                                                      ("StatefulSet", "tfrs-data-dispatcher"),
+                                                      ("StatefulSet", "tfrs-data-worker")))  # fmt: skip
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"]
     for sts in (dispatcher, workers):
         assert sts["spec"]["serviceName"] == "tfrs-data"
@@ -376,8 +387,15 @@ def test_data_service_dispatcher_lists_every_worker_by_the_name_it_advertises():
     env = {e["name"]: e for e in worker["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     # the journal outlives the dispatcher's pod, so a restarted dispatcher resumes its jobs
-    (mount,) = dispatcher["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
-    assert flags["--work-dir"] == mount["mountPath"]
+    mounts = dispatcher["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    (mount,) = [m for m in mounts if m["mountPath"] == flags["--work-dir"]]
     assert [t["metadata"]["name"] for t in dispatcher["spec"]["volumeClaimTemplates"]] == [
         mount["name"]
     ]
+    # every pod runs as the service's own account, which mounts no token
+    account = docs[("ServiceAccount", "tfrs-data")]
+    assert account["automountServiceAccountToken"] is False
+    for sts in (dispatcher, workers):
+        assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "tfrs-data"
+    assert ("NetworkPolicy", "tfrs-data") in docs
+    assert ("PodDisruptionBudget", "tfrs-data-worker") in docs

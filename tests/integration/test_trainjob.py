@@ -549,3 +549,48 @@ def test_auto_falls_back_to_a_tfjob_where_the_trainer_is_too_old(tmp_path, monke
                 launcher="trainjob",
             )  # fmt: skip
         assert not k8s.created
+
+
+def test_nodes_get_the_runs_secrets_and_no_api_token():
+    """The Secrets the pipeline was compiled with reach every node, in the shape the steps get
+    them (launch/credentials.py), valid against each job API's schema; no node mounts a
+    service-account token (TFJob: in its pod; TrainJob: in the runtime)."""
+    from tfrecord_suite.launch.credentials import Credentials
+    from tfrecord_suite.launch.tfjob import render_tfjob
+
+    gcs = Credentials("gcs-sa-key", "gcs-key", "regcred")
+    trainjob = render_trainjob(config(credentials=gcs))
+    assert validate_crd(trainjob, TRAINJOB_CRD) == []
+    env = {e["name"]: e.get("value") for e in trainjob["spec"]["trainer"]["env"]}
+    assert env["GOOGLE_APPLICATION_CREDENTIALS"] == gcs.key_file
+    patch = trainjob["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    pod = patch["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert {"name": "tfrs-storage-credentials", "secret": {"secretName": "gcs-sa-key"}} in (
+        pod["volumes"]
+    )
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {m["mountPath"] for m in mounts} == {"/dev/shm", os.path.dirname(gcs.key_file)}
+    runtime = _runtime()["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert runtime["template"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+    s3 = Credentials("bucket-keys", "s3-keys")
+    tfjob = render_tfjob(config(credentials=s3))
+    from fakes.fakek8s import validate_tfjob
+
+    assert validate_tfjob(tfjob) == []
+    for replica in tfjob["spec"]["tfReplicaSpecs"].values():
+        spec = replica["template"]["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in spec["containers"][0]["env"]
+                if "valueFrom" in e}  # fmt: skip
+        assert refs["AWS_ACCESS_KEY_ID"] == {"name": "bucket-keys", "key": "AWS_ACCESS_KEY_ID"}
+        assert refs["AWS_ENDPOINT_URL"]["optional"] is True
+    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+
+
+def test_default_trainer_requests_fit_a_small_node():
+    from tfrecord_suite.launch.placement import fits_small_node
+
+    for placement in (Placement(), Placement(accelerator_type="nvidia-l4")):
+        assert fits_small_node(placement.requests()), placement.requests()
