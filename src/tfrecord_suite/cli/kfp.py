@@ -257,15 +257,15 @@ def retrain(
 
         chosen = ImageSet.of(image)
         values = {**values, "image_registry": chosen.registry, "image_tag": chosen.tag}
+    # the settings file's pipeline parameters, then --param's (which win)
+    file_params = click.get_current_context().meta.get("settings_params", [])
     with stdout_for(as_json):  # kfp prints links to the pipeline and run
         result = run_retrain(
             input_uri=input_uri,
             registry_root=registry_root,
             dataset=dataset,
             if_changed=if_changed,
-            params=parse_params(
-                [*click.get_current_context().meta.get("settings_params", []), *params]
-            ),  # fmt: skip
+            params=parse_params([*file_params, *params]),
             submit=lambda p: _submit(p, values),
         )
     emit(
