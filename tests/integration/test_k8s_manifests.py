@@ -399,3 +399,42 @@ def test_data_service_dispatcher_lists_every_worker_by_the_name_it_advertises():
         assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "tfrs-data"
     assert ("NetworkPolicy", "tfrs-data") in docs
     assert ("PodDisruptionBudget", "tfrs-data-worker") in docs
+
+
+@needs_kubectl
+@pytest.mark.parametrize("component", ["gcs-key", "s3-keys", "image-pull"])
+def test_credential_components_give_the_cronjob_what_the_steps_get(tmp_path, component):
+    """Each k8s/credentials component, added to an overlay, gives the CronJob's pod its Secret
+    in the shape every step and launched pod gets it (launch/credentials.py), under the name
+    its comment tells the settings file to use."""
+    import shutil
+
+    from tfrecord_suite.launch.credentials import Credentials
+
+    copy = tmp_path / "k8s"
+    shutil.copytree(manifests.K8S, copy)
+    overlay = copy / "overlays" / "standalone" / "kustomization.yaml"
+    doc = yaml.safe_load(overlay.read_text())
+    doc["components"] = [f"../../credentials/{component}"]
+    overlay.write_text(yaml.safe_dump(doc))
+    (cron,) = [d for d in manifests.render_dir(str(copy / "overlays" / "standalone"))
+               if d["kind"] == "CronJob"]  # fmt: skip
+    _validate(cron)
+    pod = manifests.pod_spec(cron)
+    (container,) = pod["containers"]
+    comment = (copy / "credentials" / component / "kustomization.yaml").read_text()
+    if component == "image-pull":
+        creds = Credentials(image_pull_secrets="tfrecord-suite-registry")
+        assert pod["imagePullSecrets"] == creds.image_pull_secret_refs()
+        assert "image-pull-secrets: tfrecord-suite-registry" in comment
+        return
+    creds = Credentials("tfrecord-suite-storage", component)
+    assert f"storage-secret: {creds.storage_secret}" in comment
+    assert f"storage-secret-type: {component}" in comment
+    env = [e for e in container["env"] if e["name"] not in ("HOME", "TFRECORD_SUITE_IMAGE")]
+    assert env == creds.env()
+    mounts = [m for m in container["volumeMounts"] if m["mountPath"].startswith("/var/run")]
+    assert [m["mountPath"] for m in mounts] == [m["mountPath"] for m in creds.volume_mounts()]
+    for mount in mounts:
+        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        assert volume["secret"] == creds.volumes()[0]["secret"]
