@@ -35,8 +35,12 @@ def test_every_object_is_valid_kubernetes():
     for path in _all_files():
         rel = os.path.relpath(path, manifests.K8S)
         for doc in manifests.load(rel):
-            if isinstance(doc, list) or doc.get("kind") in ("Kustomization", "Component", None):
-                continue  # a JSON patch, kustomize's own files, the retraining settings
+            if (
+                isinstance(doc, list)
+                or doc.get("kind") in ("Kustomization", "Component", None)
+                or doc.get("apiVersion", "").startswith("apiserver.config.k8s.io/")
+            ):
+                continue  # a JSON patch, kustomize's files, the settings, API server config
             kinds.add(doc["kind"])
             _validate(doc)
     assert {"Role", "RoleBinding", "ServiceAccount", "CronJob", "ResourceQuota"} <= kinds
@@ -62,14 +66,13 @@ def test_no_secrets_in_manifests_or_compiled_pipelines():
     root = os.path.join(manifests.K8S, "..")
     for path in glob.glob(os.path.join(root, "pipelines", "*.yaml")):
         text += open(path).read()
-    for marker in (
-        "BEGIN PRIVATE KEY",
-        "private_key",
-        "AKIA",
-        "password:",
-        "GOOGLE_APPLICATION_CREDENTIALS",
-    ):
+    for marker in ("BEGIN PRIVATE KEY", "private_key", "AKIA", "password:"):
         assert marker not in text
+    # a key file only ever from a mounted Secret (k8s/credentials, launch/credentials.py)
+    from tfrecord_suite.launch.credentials import Credentials
+
+    for value in re.findall(r"GOOGLE_APPLICATION_CREDENTIALS\s+value: (\S+)", text):
+        assert value == Credentials("s").key_file
 
 
 def test_the_cronjob_can_start_in_an_image_without_entrypoint():
@@ -130,7 +133,7 @@ def test_multi_user_overlay_names_one_profile_namespace():
 
 
 def test_quota_counts_both_job_kinds():
-    (quota,) = manifests.load("base/resourcequota.yaml")
+    quota, _ = manifests.load("base/resourcequota.yaml")
     hard = quota["spec"]["hard"]
     assert "count/trainjobs.trainer.kubeflow.org" in hard
     assert "count/tfjobs.kubeflow.org" in hard
@@ -323,26 +326,59 @@ def test_multi_user_runs_as_default_editor_which_holds_what_a_run_needs():
 
 
 @needs_kubectl
-def test_the_priority_class_is_used_by_the_training_nodes():
+def test_the_priority_class_preempts_nobody_unless_opted_in_and_bounded(tmp_path):
+    """k8s/cluster's PriorityClass is no tenant's way to preempt another: never the default,
+    preempting nobody (preemptionPolicy Never), not on the shared runtime; a TFJob runs at it
+    only when compiled to. k8s/priority opts in to preemption for the runtime's nodes, and the
+    admission configuration it ships admits pods of the class only in namespaces with a quota
+    scoped to it, which k8s/base gives (Kubernetes: limit priority class consumption)."""
+    import shutil
+
     from fakes.crdschema import RUNTIME_CRD, validate_crd
     from tfrecord_suite.launch.job import JobConfig
     from tfrecord_suite.launch.placement import Placement
     from tfrecord_suite.launch.tfjob import render_tfjob
 
-    docs = manifests.render("cluster")
-    (priority,) = [d for d in docs if d["kind"] == "PriorityClass"]
-    (runtime,) = [d for d in docs if d["kind"] == "ClusterTrainingRuntime"]
-    assert validate_crd(runtime, RUNTIME_CRD) == []
-    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    assert pod["spec"]["priorityClassName"] == priority["metadata"]["name"]
+    def priority_and_runtime(docs):
+        (priority,) = [d for d in docs if d["kind"] == "PriorityClass"]
+        (runtime,) = [d for d in docs if d["kind"] == "ClusterTrainingRuntime"]
+        assert validate_crd(runtime, RUNTIME_CRD) == []
+        job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+        return priority, job["template"]["spec"]["template"]["spec"]
+
+    priority, pod = priority_and_runtime(manifests.render("cluster"))
+    name = priority["metadata"]["name"]
+    assert priority["globalDefault"] is False and priority["preemptionPolicy"] == "Never"
+    assert "priorityClassName" not in pod
+    for replica in render_tfjob(JobConfig(name="j", image="i", trainer_args=[], workers=2))["spec"][
+        "tfReplicaSpecs"
+    ].values():
+        assert "priorityClassName" not in replica["template"]["spec"]
     job = render_tfjob(
-        JobConfig(
-            name="j", image="i", trainer_args=[], workers=2,
-            placement=Placement(priority_class=priority["metadata"]["name"]),
-        )
+        JobConfig(name="j", image="i", trainer_args=[], workers=2,
+                  placement=Placement(priority_class=name))
     )  # fmt: skip
     for replica in job["spec"]["tfReplicaSpecs"].values():
-        assert replica["template"]["spec"]["priorityClassName"] == priority["metadata"]["name"]
+        assert replica["template"]["spec"]["priorityClassName"] == name
+
+    copy = tmp_path / "k8s"
+    shutil.copytree(manifests.K8S, copy)
+    kustomization = copy / "cluster" / "kustomization.yaml"
+    doc = yaml.safe_load(kustomization.read_text())
+    kustomization.write_text(yaml.safe_dump({**doc, "components": ["../priority"]}))
+    priority, pod = priority_and_runtime(manifests.render_dir(str(copy / "cluster")))
+    assert priority["preemptionPolicy"] == "PreemptLowerPriority"
+    assert pod["priorityClassName"] == name
+    (admission,) = manifests.load("priority/admission-config.yaml")
+    (plugin,) = admission["plugins"]
+    (limited,) = plugin["configuration"]["limitedResources"]
+    assert limited["resource"] == "pods"
+    assert limited["matchScopes"] == [
+        {"scopeName": "PriorityClass", "operator": "In", "values": [name]}
+    ]
+    _, quota = manifests.load("base/resourcequota.yaml")
+    assert quota["spec"]["scopeSelector"]["matchExpressions"] == limited["matchScopes"]
+    assert int(quota["spec"]["hard"]["pods"]) > 0
 
 
 @needs_kubectl

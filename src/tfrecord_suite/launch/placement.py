@@ -65,9 +65,10 @@ class Placement:
             ``tfjob`` (Training Operator v1), or ``auto`` (asks the cluster which it serves,
             TrainJob first). The compiled pipeline's default for its ``launcher`` parameter.
         priority_class: PriorityClass of a TFJob's nodes, e.g. tfrecord-suite-gpu-training
-            (k8s/cluster installs it); empty for the cluster's default. A TrainJob's nodes take
-            the runtime's (k8s/cluster sets it there); the train step's own pod cannot take
-            one (kfp-kubernetes has no setting for it).
+            (k8s/cluster installs it; it preempts nobody unless the administrator applied
+            k8s/priority); empty for the cluster's default. A TrainJob's nodes take the
+            runtime's (k8s/priority sets it there); the train step's own pod cannot take one
+            (kfp-kubernetes has no setting for it).
 
     """
 
