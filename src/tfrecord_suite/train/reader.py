@@ -50,6 +50,8 @@ from tfrecord_suite.schema import Schema, parse_spec
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+#: ``ReaderConfig.service_compression`` -> ``distribute``'s ``compression``.
+SERVICE_COMPRESSIONS = {"AUTO": "AUTO", "none": None}
 MAX_AUTO_CYCLE = 16
 
 
@@ -104,6 +106,12 @@ class ReaderConfig:
         parse_window: Records parsed by one ``parse_example`` call (and permuted together when
             shuffling) before they are cut into batches; at least ``batch_size``. 0 (default):
             about 2 MiB of records, at most 2048.
+        service_compression: How a tf.data service's workers compress the batches they send
+            the trainer (--input-service): none (default) or AUTO (TensorFlow's default,
+            Snappy). Measured on decoded photos (docs/bench/service-compression.md), Snappy
+            saves little of the bytes and costs the trainer, which decompresses, more CPU per
+            image: the CPU the service exists to spare. AUTO where the link, not the
+            trainer's CPU, is what runs out.
         retune: Let tf.data's runtime model keep re-tuning the AUTOTUNE knobs while the input
             runs (``tf.data.Options().autotune.enabled``). Off (default): AUTOTUNE knobs are
             resolved once, when the input starts (parallelism: the host's cores; prefetch:
@@ -132,6 +140,7 @@ class ReaderConfig:
     skip_bad_records: bool = False
     file_buffer_bytes: int = 1 << 20
     parse_window: int = 0
+    service_compression: str = "none"
     retune: bool = False
 
     def __post_init__(self) -> None:
@@ -155,6 +164,11 @@ class ReaderConfig:
                 raise UserError(f"{name} must be AUTOTUNE (-1) or >= 1, got {value}")
         if self.block_length < 0 or self.parse_window < 0:
             raise UserError("block_length and parse_window must be 0 (auto) or >= 1")
+        if self.service_compression not in SERVICE_COMPRESSIONS:
+            raise UserError(
+                f"service_compression {self.service_compression!r}: use "
+                f"{' or '.join(SERVICE_COMPRESSIONS)}"
+            )
 
 
 def estimate_record_bytes(files: Sequence[str], compression: str = "", sample: int = 64) -> float:
@@ -515,7 +529,11 @@ def make_dataset(
         # layers (lookup tables, random generators) hold state the service cannot ship: the
         # transform and augmentation stay here
         ds = worker_seeded(read_and_parse, config.seed)
-        ds = distribute(ds.with_options(dataset_options(config)), service)
+        ds = distribute(
+            ds.with_options(dataset_options(config)),
+            service,
+            SERVICE_COMPRESSIONS[config.service_compression],
+        )
     else:
         ds = read_and_parse()
     ds = _finish_stage(ds, config, schema, training, transform, augment)

@@ -525,11 +525,18 @@ def worker_seeded(build: Any, seed: int) -> Any:
     return index.flat_map(lambda i: build(seed + WORKER_SEED_STRIDE * (i + 1)))
 
 
-def distribute(dataset: Any, address: str) -> Any:
-    """``dataset`` (marked with ``SHARD_HINT``) processed by the service at ``address``."""
+def distribute(dataset: Any, address: str, compression: str | None = "AUTO") -> Any:
+    """``dataset`` (marked with ``SHARD_HINT``) processed by the service at ``address``.
+
+    ``compression``: how the workers compress what they send (``"AUTO"``: Snappy; None: not).
+    """
     import tensorflow as tf
 
     service = tf.data.experimental.service
     return dataset.apply(
-        service.distribute(processing_mode=service.ShardingPolicy.HINT, service=address)
+        service.distribute(
+            processing_mode=service.ShardingPolicy.HINT,
+            service=address,
+            compression=compression,
+        )
     )
