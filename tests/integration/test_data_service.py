@@ -217,3 +217,24 @@ def test_two_trainer_processes_read_through_one_shared_service(published_digits,
         assert service.restarts == 0
     assert outs[0]["replicas"] == 2 and outs[0]["weights_digest"] == outs[1]["weights_digest"]
     assert outs[0]["input"]["service"] == {"input_service": service.address}
+
+
+def test_fewer_files_than_workers_fail_the_first_batch_as_documented(tmp_path):
+    """Through grpc:// (no worker count to check against beforehand): one file for two
+    workers fails the first batch with TF's FILE-sharding error, as the how-to quotes it."""
+    import tensorflow as tf
+
+    csv = write_csv(str(tmp_path / "rows.csv"), ["id", "label"],
+                    [[i, "ab"[i % 2]] for i in range(200)])  # fmt: skip
+    run_shard(ShardConfig(input=csv, output=str(tmp_path / "staged"), label="label",
+                          num_shards=1, splits="train=1"))  # fmt: skip
+    registry = Registry(str(tmp_path / "registry"))
+    ref = f"{registry.root}/rows@{registry.publish(str(tmp_path / 'staged'), 'rows').version}"
+    with LocalDataService(workers=2) as service:
+        ds = dataset_for_split(ref, "train", ReaderConfig(batch_size=50), service=service.address)
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=r"Could not apply FILE based sharding: the dataset only has 1 file\(s\), "
+            r"which is not enough for the required 2 shards/workers",
+        ):
+            next(iter(ds))
