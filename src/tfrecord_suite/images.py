@@ -101,18 +101,13 @@ class ImageSet:
         return self.component
 
     @classmethod
-    def of(cls, image: str) -> ImageSet | None:
-        """The set ``image`` belongs to: one of the suite's images names its registry and tag.
+    def find(cls, image: str) -> ImageSet | None:
+        """The set ``image`` belongs to (:meth:`of`), or None for any other image.
 
-        None for any other image (one of a user's own, say), whose registry may hold none of
-        the suite's other images.
+        An image of a user's own, say, whose registry may hold none of the suite's other images.
         """
-        name, _, tag = image.rpartition(":")
-        registry, _, repository = name.rpartition("/")
-        if "/" in tag or not registry or repository not in {r for r, _ in IMAGE_FILES.values()}:
-            return None
         try:
-            return cls(registry, tag)
+            return cls.of(image)
         except ImageReferenceError:
             return None
 

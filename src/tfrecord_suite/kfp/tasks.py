@@ -55,7 +55,7 @@ def running_images() -> images.ImageSet:
     starts its distributed job's nodes and tf.data service workers from ``R`` and ``T``; a step
     on an image of the user's own falls back to the default set.
     """
-    return images.ImageSet.of(running_image()) or images.DEFAULT_IMAGES
+    return images.ImageSet.find(running_image()) or images.DEFAULT_IMAGES
 
 
 @contextlib.contextmanager
