@@ -37,7 +37,9 @@ from tfrecord_suite.launch.job import (
     JobError,
     current_namespace,
     label_value,
+    log_unschedulable,
     retrying,
+    unschedulable,
 )
 from tfrecord_suite.train.service import DISPATCHER_PORT, WORKER_PORT
 
@@ -399,6 +401,7 @@ class DataServiceLauncher:
     def _wait_ready(self, namespace: str, sets: list[dict[str, Any]]) -> None:
         deadline = self._clock() + self.timeout_seconds
         _, read, _ = self._calls("StatefulSet")
+        told: dict[str, str] = {}
         while True:
             waiting = []
             for body in sets:
@@ -408,13 +411,21 @@ class DataServiceLauncher:
                     waiting.append(f"{body['metadata']['name']} {ready}/{body['spec']['replicas']}")
             if not waiting:
                 return
+            pending: dict[str, str] = {}
+            for body in sets:
+                selector = ",".join(
+                    f"{k}={v}" for k, v in body["spec"]["selector"]["matchLabels"].items()
+                )
+                pending |= unschedulable(self.core, namespace, selector)
+            log_unschedulable(pending, told)
             if self._clock() >= deadline:
+                reasons = "".join(f"; {pod} is Pending: {why}" for pod, why in pending.items())
                 raise JobError(
                     "the tf.data service's pods were not ready after "
-                    f"{self.timeout_seconds:.0f} s: {', '.join(waiting)} ready (a dispatcher "
-                    "stays Pending while its journal's volume claim finds no StorageClass: "
-                    "the namespace needs a default one)"
-                )
+                    f"{self.timeout_seconds:.0f} s: {', '.join(waiting)} ready{reasons}"
+                    + (" (a dispatcher's journal claim binds only where the namespace has a "
+                       "default StorageClass)" if "PersistentVolumeClaim" in reasons else "")
+                )  # fmt: skip
             self._sleep(5.0)
 
     def _delete(self, namespace: str, body: dict[str, Any]) -> None:

@@ -235,6 +235,30 @@ def last_true_condition(job: dict[str, Any]) -> tuple[str, str] | None:
     return true[-1].get("type", "Unknown"), true[-1].get("message", "")
 
 
+def unschedulable(core: Any, namespace: str, selector: str) -> dict[str, str]:
+    """``pod -> the scheduler's reason`` for each pod of ``selector`` it cannot place yet.
+
+    The reason is the scheduler's own sentence, e.g. ``0/3 nodes are available: 3 Insufficient
+    cpu`` or ``pod has unbound immediate PersistentVolumeClaims``: what a user needs to see
+    when a job or service waits forever on a pod that no node can take.
+    """
+    pods = retrying(core.list_namespaced_pod)(namespace, label_selector=selector)
+    out = {}
+    for pod in pods.items:
+        for condition in (pod.status.conditions or []) if pod.status else []:
+            if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+                out[pod.metadata.name] = condition.message or "Unschedulable"
+    return out
+
+
+def log_unschedulable(reasons: dict[str, str], told: dict[str, str]) -> None:
+    """Warn once for each pod and reason in ``reasons`` not yet in ``told`` (updated)."""
+    for pod, reason in sorted(reasons.items()):
+        if told.get(pod) != reason:
+            _LOG.warning("pod %s is Pending: %s", pod, reason)
+            told[pod] = reason
+
+
 def retrying(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Retry on transient Kubernetes API errors (429, 5xx, connection failures)."""
     from google.api_core import retry as retry_lib
@@ -439,6 +463,7 @@ class JobLauncher:
     def _wait(self, config: JobConfig) -> tuple[str, str]:
         deadline = self._clock() + config.timeout_seconds
         last = None
+        told: dict[str, str] = {}
         while True:
             job = self._get(config.namespace, config.name)
             state, message = self.kind.state(job)
@@ -448,8 +473,13 @@ class JobLauncher:
                 last = summary
             if state in ("Succeeded", "Failed"):
                 return state, message
+            pending = unschedulable(
+                self.core, config.namespace, self.kind.pod_selector(config.name)
+            )
+            log_unschedulable(pending, told)
             if self._clock() >= deadline:
-                return "TimedOut", f"not finished after {config.timeout_seconds:.0f} s"
+                waiting = "".join(f"; {pod} is Pending: {why}" for pod, why in pending.items())
+                return "TimedOut", f"not finished after {config.timeout_seconds:.0f} s{waiting}"
             self._sleep(config.poll_seconds)
 
     def _failure_message(
