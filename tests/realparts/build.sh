@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real parts the `k8s` tests run (kube-apiserver, kube-controller-manager, etcd) from
+# Builds the real parts the `k8s` tests run (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, etcd) from
 # their published Go modules at the versions pinned in versions.env, once, into a cache outside the
 # repository: $TFRS_REALPARTS_CACHE (default ~/.cache/tfrecord-suite/realparts)/<name>-<version>/.
 #
@@ -9,14 +10,14 @@
 # the same release (k8s.io/api v0.36.3 for kubernetes v1.36.3). etcd's server module does the
 # same with its sibling modules.
 #
-# The node parts `make cluster-up` runs (tests/cluster/) are built the same way: kubelet,
-# kube-scheduler, kube-proxy and kubectl from k8s.io/kubernetes; containerd with its runc shim;
-# runc (cgo and libseccomp, as its releases are built: the seccomp filters pods get); the CNI
-# plugins; CoreDNS; JobSet and the Kubeflow Trainer controller manager.
+# The node parts `make cluster-up` runs (tests/cluster/) are built the same way: kubelet and
+# kube-proxy from k8s.io/kubernetes; containerd with its runc shim; runc (cgo and libseccomp, as
+# its releases are built: the seccomp filters pods get); the CNI plugins; CoreDNS; JobSet and the
+# Kubeflow Trainer controller manager.
 #
 # Usage: build.sh [PART|all|node]...   (prints the folder of each part it built or found)
-#   PART: etcd kubernetes kubernetes-node containerd runc cni-plugins coredns jobset trainer
-#   all: etcd and kubernetes (what the `k8s` tests need); node: every part of the cluster
+#   PART: etcd kubernetes crds kubernetes-node containerd runc cni-plugins coredns jobset trainer
+#   all: etcd, kubernetes and crds (what the `k8s` tests need); node: all and the cluster's parts
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -79,7 +80,8 @@ kubernetes_replaces() {
 
 kubernetes() {
   go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 }
 
 # the node's parts from the same release; stamped with it (unstamped they report v0.0.0-master,
@@ -89,8 +91,7 @@ kubernetes_node() {
   GO_BUILD_LDFLAGS="-X $x.gitVersion=$KUBERNETES_VERSION -X $x.gitMajor=${v%%.*} \
 -X $x.gitMinor=$(echo "$v" | cut -d. -f2) -X $x.gitTreeState=clean" \
     go_build kubernetes-node k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
-    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 }
 
 containerd() {
@@ -146,11 +147,32 @@ etcd() {
   echo "$out"
 }
 
+# crds: the CustomResourceDefinitions of the job APIs the launcher creates, copied unchanged from
+# the module archives of the pinned releases (Kubeflow Trainer v2: TrainJob, TrainingRuntime,
+# ClusterTrainingRuntime; the Training Operator v1: TFJob)
+crds() {
+  local out="$cache/crds-trainer-$TRAINER_VERSION-training-operator-$TRAINING_OPERATOR_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local trainer operator
+    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | module_dir)
+    operator=$(go mod download -json \
+      "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | module_dir)
+    rm -rf "$out" && mkdir -p "$out/trainer" "$out/training-operator"
+    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+    cp "$operator/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$out/training-operator/"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
+module_dir() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
+
 for part in "${@:-all}"; do
   case "$part" in
     kubernetes) kubernetes ;;
     etcd) etcd ;;
-    all) etcd && kubernetes ;;
+    crds) crds ;;
+    all) etcd && kubernetes && crds ;;
     kubernetes-node) kubernetes_node ;;
     containerd) containerd ;;
     runc) runc ;;
@@ -159,8 +181,8 @@ for part in "${@:-all}"; do
     jobset) jobset ;;
     trainer) trainer ;;
     node)
-      etcd && kubernetes && kubernetes_node && containerd && runc && cni_plugins && coredns &&
-        jobset && trainer
+      etcd && kubernetes && crds && kubernetes_node && containerd && runc && cni_plugins &&
+        coredns && jobset && trainer
       ;;
     *) echo "usage: $0 [PART|all|node]... (see the top of this file)" >&2; exit 2 ;;
   esac
