@@ -11,12 +11,13 @@
 # same with its sibling modules.
 #
 # The node parts `make cluster-up` runs (tests/cluster/) are built the same way: kubelet and
-# kube-proxy from k8s.io/kubernetes; containerd with its runc shim; runc (cgo and libseccomp, as
+# kube-proxy from k8s.io/kubernetes (and its pause, with gcc); containerd with its runc shim; runc (cgo and libseccomp, as
 # its releases are built: the seccomp filters pods get); the CNI plugins; CoreDNS; JobSet and the
 # Kubeflow Trainer controller manager.
 #
 # Usage: build.sh [PART|all|node]...   (prints the folder of each part it built or found)
-#   PART: etcd kubernetes crds kubernetes-node containerd runc cni-plugins coredns jobset trainer
+#   PART: etcd kubernetes crds kubernetes-node pause containerd runc cni-plugins coredns jobset
+#         trainer
 #   all: etcd, kubernetes and crds (what the `k8s` tests need); node: all and the cluster's parts
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -92,6 +93,22 @@ kubernetes_node() {
 -X $x.gitMinor=$(echo "$v" | cut -d. -f2) -X $x.gitTreeState=clean" \
     go_build kubernetes-node k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+}
+
+# pause: the pod sandbox's process (build/pause/linux/pause.c of the same k8s.io/kubernetes
+# release, compiled static as its Makefile does); the image tag is that Makefile's TAG
+pause() {
+  local out="$cache/pause-$KUBERNETES_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local src tag
+    src=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | module_dir)/build/pause
+    tag=$(sed -n 's/^TAG ?= *//p' "$src/Makefile")
+    rm -rf "$out" && mkdir -p "$out/bin"
+    gcc -Os -Wall -Werror -static -DVERSION="v$tag-tfrs" -o "$out/bin/pause" "$src/linux/pause.c"
+    echo "$tag" >"$out/TAG"
+    touch "$out/.complete"
+  fi
+  echo "$out"
 }
 
 containerd() {
@@ -174,6 +191,7 @@ for part in "${@:-all}"; do
     crds) crds ;;
     all) etcd && kubernetes && crds ;;
     kubernetes-node) kubernetes_node ;;
+    pause) pause ;;
     containerd) containerd ;;
     runc) runc ;;
     cni-plugins) cni_plugins ;;
@@ -181,8 +199,8 @@ for part in "${@:-all}"; do
     jobset) jobset ;;
     trainer) trainer ;;
     node)
-      etcd && kubernetes && crds && kubernetes_node && containerd && runc && cni_plugins &&
-        coredns && jobset && trainer
+      etcd && kubernetes && crds && kubernetes_node && pause && containerd && runc &&
+        cni_plugins && coredns && jobset && trainer
       ;;
     *) echo "usage: $0 [PART|all|node]... (see the top of this file)" >&2; exit 2 ;;
   esac
