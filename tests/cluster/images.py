@@ -50,6 +50,11 @@ def exists(image: str) -> bool:
     )
 
 
+def image_id(image: str) -> str:
+    """podman's ID of ``image``."""
+    return podman("image", "inspect", "--format", "{{.Id}}", image).strip()
+
+
 def build_static(image: str, binary: Path, path: str, user: str = NONROOT) -> None:
     """Build ``image``: ``binary`` at ``path`` of an otherwise empty image, run as ``user``."""
     with tempfile.TemporaryDirectory(prefix="tfrs-image-") as tmp:
@@ -137,3 +142,25 @@ def build_probe() -> str:
         )
         build_static(image, binary, "/probe")
     return image
+
+
+def suite_image(key: str = "component") -> str:
+    """The suite's image ``key`` (images.py) built from this checkout by ``tfrecord-suite images
+    build`` against podman's Docker API, on the stand-in base (minutes the first time; a code
+    change rebuilds only the layers of the sources)."""
+    import json
+    import sys
+
+    from fakes.podman_harness import ensure_python_base, podman_service
+
+    ensure_python_base()
+    with tempfile.TemporaryDirectory(prefix="tfrs-podman-") as tmp, podman_service(tmp) as url:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tfrecord_suite.cli", "images", "build", "--only", key,
+             "--docker-host", url, "--json"],
+            capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the {key} image failed: {proc.stderr[-3000:]}")
+    (built,) = json.loads(proc.stdout)
+    return built["image"]

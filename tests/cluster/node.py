@@ -119,6 +119,8 @@ class Cluster:
     plane: controlplane.ControlPlane
     pids: dict[str, int]
     system_images: dict[str, str]
+    #: podman's image ID of each image loaded into the node
+    loaded_ids: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def containerd_socket(self) -> Path:
@@ -141,12 +143,16 @@ class Cluster:
         ).stdout  # fmt: skip
 
     def load_images(self, names: list[str]) -> None:
-        """Load these images from podman's storage into the node, where not there yet."""
+        """Load these images from podman's storage into the node where it lacks them or holds
+        an older build (podman's image ID differs from the one loaded)."""
         ctr = part("containerd") / "bin" / "ctr"
         have = images.loaded(ctr, self.containerd_socket)
-        missing = [n for n in names if n not in have]
-        if missing:
-            images.load(missing, ctr, self.containerd_socket)
+        ids = {n: images.image_id(n) for n in names}
+        stale = [n for n in names if n not in have or self.loaded_ids.get(n) != ids[n]]
+        if stale:
+            images.load(stale, ctr, self.containerd_socket)
+            self.loaded_ids.update({n: ids[n] for n in stale})
+            self.save()
 
     def alive(self) -> dict[str, bool]:
         """Whether each of its processes still runs."""
@@ -163,6 +169,7 @@ class Cluster:
                     "admin_kubeconfig": str(self.plane.admin_kubeconfig),
                     "pids": self.pids,
                     "system_images": self.system_images,
+                    "loaded_ids": self.loaded_ids,
                 },
                 indent=2,
             )
@@ -183,7 +190,7 @@ class Cluster:
             ca_file=Path(saved["ca_file"]),
             admin_kubeconfig=Path(saved["admin_kubeconfig"]),
         )
-        return cls(state, plane, saved["pids"], saved["system_images"])
+        return cls(state, plane, saved["pids"], saved["system_images"], saved["loaded_ids"])
 
 
 def _running(pid: int, name: str) -> bool:
