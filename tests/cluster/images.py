@@ -151,9 +151,12 @@ def suite_image(key: str = "component") -> str:
     import json
     import sys
 
-    from fakes.podman_harness import ensure_python_base, podman_service
+    from fakes.podman_harness import ensure_python_base, podman_env, podman_service
+    from tfrecord_suite import images as suite_images
 
     ensure_python_base()
+    image = suite_images.DEFAULT_IMAGES.image(key)
+    before = image_id(image) if exists(image) else ""
     with tempfile.TemporaryDirectory(prefix="tfrs-podman-") as tmp, podman_service(tmp) as url:
         proc = subprocess.run(
             [sys.executable, "-m", "tfrecord_suite.cli", "images", "build", "--only", key,
@@ -163,4 +166,7 @@ def suite_image(key: str = "component") -> str:
     if proc.returncode != 0:
         raise RuntimeError(f"building the {key} image failed: {proc.stderr[-3000:]}")
     (built,) = json.loads(proc.stdout)
+    # the build it replaced would stay behind untagged (gigabytes each time the code changes)
+    if before and before != image_id(built["image"]):
+        subprocess.run(["podman", "rmi", before], env=podman_env(), capture_output=True)
     return built["image"]

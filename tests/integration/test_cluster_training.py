@@ -44,13 +44,21 @@ def _documents(text: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def trainer_cluster(one_node_cluster):
-    """The cluster with JobSet, the Trainer and the suite's component image loaded, and our
-    runtime given the node's shared folder; the runtime is put back as shipped afterwards."""
-    from cluster import images, node
+def trainer_installed(one_node_cluster):
+    """The cluster with JobSet, the Trainer and our ClusterTrainingRuntime installed."""
+    from cluster import node
 
-    cluster = one_node_cluster
-    node.install_trainer(cluster)
+    node.install_trainer(one_node_cluster)
+    return one_node_cluster
+
+
+@pytest.fixture(scope="module")
+def trainer_cluster(trainer_installed):
+    """The Trainer's cluster with the suite's component image loaded, and our runtime given
+    the node's shared folder; the runtime is put back as shipped afterwards."""
+    from cluster import images
+
+    cluster = trainer_installed
     image = images.suite_image("component")
     cluster.load_images([image])
     shared = cluster.state / "shared"
@@ -267,3 +275,33 @@ def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
     print(f"test accuracy: one worker {a1:.3f}, two nodes {a2:.3f}")
     assert a1 > 0.85 and a2 > 0.85  # both learned (chance is 0.1)
     assert abs(a1 - a2) <= 0.05, (a1, a2)
+
+
+def test_a_job_whose_nodes_cannot_be_scheduled_says_why(
+    trainer_installed, cluster_namespace, caplog
+):
+    """Nodes that ask for more than any node has stay Pending until the job's deadline (24
+    hours by default). The launcher names the scheduler's reason while it waits, and in the
+    failure, instead of only "Pending" and, a day later, "exceeded its active deadline"."""
+    import logging
+
+    from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher
+    from tfrecord_suite.launch.placement import Placement
+    from tfrecord_suite.launch.trainjob import TrainJob
+
+    cluster = trainer_installed
+    config = JobConfig(
+        name="too-big",
+        image=cluster.system_images["probe"],  # never started
+        trainer_args=["--dataset", "/nowhere/d@1.0.0", "--model-dir", "/tmp/m"],
+        workers=2,
+        namespace=cluster_namespace,
+        placement=Placement(cpu_request="64"),
+        timeout_seconds=45,
+        poll_seconds=3,
+    )
+    with caplog.at_level(logging.INFO), pytest.raises(JobError) as failed:
+        JobLauncher(TrainJob, cluster.api_client()).run(config)
+    waiting = [r.getMessage() for r in caplog.records if "Insufficient cpu" in r.getMessage()]
+    assert waiting and "node-0" in waiting[0], caplog.text  # said while it waited
+    assert "Insufficient cpu" in str(failed.value), failed.value  # and in the failure

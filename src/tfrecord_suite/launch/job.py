@@ -281,6 +281,8 @@ class JobLauncher:
         self.core = client.CoreV1Api(api_client)
         self._sleep = sleep
         self._clock = clock
+        #: why nodes of the job being waited for had not started, at the last poll
+        self._waiting: dict[str, str] = {}
 
     # ------------------------------------------------------------------------------- API calls
 
@@ -347,6 +349,22 @@ class JobLauncher:
             )
         return dict(sorted(out.items()))
 
+    def waiting_reasons(self, namespace: str, name: str) -> dict[str, str]:
+        """Why each of the job's nodes that has not started waits, by node.
+
+        The scheduler's message (``Unschedulable: 0/3 nodes are available: 3 Insufficient
+        cpu.``) or its container's (``ErrImagePull: ...``); nodes starting normally are left out.
+        """
+        pods = retrying(self.core.list_namespaced_pod)(
+            namespace, label_selector=self.kind.pod_selector(name)
+        )
+        out = {}
+        for pod in pods.items:
+            reason = _waiting_reason(pod)
+            if reason:
+                out[self.kind.node_name(pod.metadata.labels or {})] = reason
+        return dict(sorted(out.items()))
+
     # ------------------------------------------------------------------------------------ run
 
     def run(self, config: JobConfig) -> dict[str, Any]:
@@ -372,7 +390,10 @@ class JobLauncher:
                     raise
             logs = self.node_logs(ns, name, config.log_lines)
             if state != "Succeeded":
-                raise JobError(self._failure_message(ns, name, state, message, logs))
+                failure = self._failure_message(ns, name, state, message, logs)
+                if self._waiting:  # the nodes never started: say why, not only that
+                    failure += "\nnodes still waiting when it ended: " + _join(self._waiting)
+                raise JobError(failure)
             failed = False
             for node, status in logs.items():
                 _LOG.info("%s (%s) log tail:\n%s", node, status.pod, status.log)
@@ -421,6 +442,7 @@ class JobLauncher:
     def _wait(self, config: JobConfig) -> tuple[str, str]:
         deadline = self._clock() + config.timeout_seconds
         last = None
+        self._waiting = {}
         while True:
             job = self._get(config.namespace, config.name)
             state, message = self.kind.state(job)
@@ -430,6 +452,13 @@ class JobLauncher:
                 last = summary
             if state in ("Succeeded", "Failed"):
                 return state, message
+            # a node that cannot be scheduled or started waits until the job's deadline (a
+            # day by default) with the job only "Pending": say why as soon as it is known
+            waiting = self.waiting_reasons(config.namespace, config.name)
+            if waiting and waiting != self._waiting:
+                _LOG.warning("%s %s: nodes waiting: %s", self.kind.kind, config.name,
+                             _join(waiting))  # fmt: skip
+            self._waiting = waiting
             if self._clock() >= deadline:
                 return "TimedOut", f"not finished after {config.timeout_seconds:.0f} s"
             self._sleep(config.poll_seconds)
@@ -446,6 +475,30 @@ class JobLauncher:
                 f"{status.exit_code}), last lines:\n{status.log.rstrip()}"
             )
         return "\n".join(lines)
+
+
+#: Waiting reasons of a container that is starting normally.
+_STARTING = {"ContainerCreating", "PodInitializing"}
+
+
+def _waiting_reason(pod: Any) -> str:
+    """Why a Pending pod has not started (empty when it is starting normally)."""
+    status = pod.status
+    if status is None or status.phase != "Pending":
+        return ""
+    for condition in status.conditions or []:
+        if condition.type == "PodScheduled" and condition.status == "False":
+            return f"{condition.reason}: {condition.message}"
+    containers = [*(status.init_container_statuses or []), *(status.container_statuses or [])]
+    for container in containers:
+        waiting = container.state.waiting if container.state else None
+        if waiting is not None and waiting.reason and waiting.reason not in _STARTING:
+            return f"{waiting.reason}: {waiting.message or ''}".rstrip(": ")
+    return ""
+
+
+def _join(reasons: dict[str, str]) -> str:
+    return "; ".join(f"{node}: {why}" for node, why in reasons.items())
 
 
 def _status_message(exc: Any) -> str:
