@@ -1,12 +1,13 @@
-# Two entry points: `make demo` (the whole DAG locally) and `make test`.
+# `make venv` builds .venv; then `make demo` (the whole DAG locally) and `make test`.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc \
-	cluster-deps cluster-parts cluster-up cluster-down test-cluster
+.PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve docs-vendor clean tcmalloc
+.PHONY: real-parts real-parts-runners
+.PHONY: cluster-deps cluster-parts cluster-up cluster-down test-cluster
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,10 +25,13 @@ tcmalloc:
 	  && cp -L "$$(find $$dir/root -name libtcmalloc_minimal.so.4 | head -n 1)" $(TCMALLOC) \
 	  && rm -rf $$dir; } || echo "tcmalloc not installed: tf.data will run with glibc malloc"
 
+# the virtual environment alone (what every target below builds first)
+venv: $(STAMP)
+
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket
 
-test: $(STAMP)
+test: $(STAMP) real-parts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -50,7 +54,7 @@ compile: $(STAMP)
 	for p in retraining data training; do \
 	  $(BIN)/tfrecord-suite compile --pipeline $$p --output pipelines/$$p.yaml || exit 1; done
 
-# each component's compiled spec and README (components/<name>/), from the component functions
+# each component's compiled spec and README (components/<category>/<name>/), from the component functions
 # and their metadata.yaml; a test fails when a committed one is stale
 components: $(STAMP)
 	$(BIN)/tfrecord-suite components
@@ -60,8 +64,34 @@ DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 docs: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir site
 
+# Mermaid for the site's diagrams (mkdocs.yml extra_javascript), from its npm release: the file
+# is committed; this fetches it again and checks it against the pinned digest
+MERMAID_VERSION := 11.17.2
+MERMAID_SHA256 := 581ed7d74bd9048d0e3a91363927d72ef22942d7722546b27f7cc29e35390eb8
+docs-vendor:
+	dir=$$(mktemp -d) && (cd $$dir && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null \
+	  && tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js package/LICENSE) \
+	  && echo "$(MERMAID_SHA256)  $$dir/package/dist/mermaid.min.js" | sha256sum -c --quiet \
+	  && cp $$dir/package/dist/mermaid.min.js docs/assets/vendor/mermaid-$(MERMAID_VERSION).min.js \
+	  && cp $$dir/package/LICENSE docs/assets/vendor/mermaid-$(MERMAID_VERSION).LICENSE \
+	  && rm -rf $$dir
+
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve
+
+# The real parts the tests run, built once from their published sources into a cache outside the
+# repository (~/.cache/tfrecord-suite/realparts) at the versions tests/realparts/versions.env pins:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (the `k8s` tests), the
+# job APIs' CRDs, and Beam's runners (the `runners` tests). Needs go, java and mvn; minutes the
+# first time, nothing after.
+real-parts:
+	bash tests/realparts/build.sh all
+
+# Beam's runners the `runners` tests shard on (Prism from Beam's Go module, the Flink and Spark job
+# servers from Maven Central), built once into a cache outside the repository at the versions
+# tests/realparts/versions.env pins; `tests/realparts/build.sh all` builds them too
+real-parts-runners:
+	bash tests/realparts/build.sh runners
 
 # what a release attaches: every ready pipeline and component compiled for the images the
 # release pushed (.github/workflows/release.yml: IMAGE_REGISTRY, IMAGE_TAG)

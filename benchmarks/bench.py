@@ -28,6 +28,8 @@ medians and ratios measured in the same run (absolute numbers on a shared machin
   224x224 (:func:`image_part`): the in-memory decode+resize ceiling, the textbook per-image
   pipeline, the reader decoding whole images, and the reader's JPEG paths (fused decode and crop,
   DCT-domain downscaling, images resized at shard time), in images per second.
+* Runners (``--only runners`` alone): the shard step on Prism, Flink and Spark against the
+  in-process runner (:mod:`benchmarks.runners`).
 """
 
 from __future__ import annotations
@@ -126,7 +128,8 @@ class BenchConfig:
         batch_size: Batch size of every reader.
         shards: Shards per generated dataset (each >= 10 MB).
         only: Comma-separated parts to run: read, write, train, scale, memory, images,
-            network (empty: all that apply; memory and network are run only when named).
+            network, runners (empty: all that apply; memory, network and runners are run only
+            when named).
         memory_mb: CSV sizes in MB the memory part shards, each as one file and as 8 files.
         report: Folder for ``results.json``, ``results.md`` and ``results.png`` (empty: the
             output folder); an earlier run's files there move to dated names.
@@ -156,7 +159,9 @@ class BenchConfig:
         """The parts to run."""
         chosen = {p.strip() for p in self.only.split(",") if p.strip()}
         default = {"read", "write", "train", "images"} | (set() if self.quick else {"scale"})
-        unknown = chosen - {"read", "write", "train", "scale", "memory", "images", "network"}
+        unknown = chosen - {
+            "read", "write", "train", "scale", "memory", "images", "network", "runners"
+        }  # fmt: skip
         if unknown:
             raise ValueError(f"--only: unknown parts {sorted(unknown)}")
         return chosen or default
@@ -1300,6 +1305,10 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         from benchmarks.network import network_part
 
         results["network"] = network_part(data_root, config)
+    if "runners" in parts:
+        from benchmarks.runners import runners_part
+
+        results["runners"] = runners_part(data_root, config)
     results["measured"] = {part: results["date"] for part in parts}
     report = storage.normalize(config.report) if config.report else root
     if config.update:
@@ -1321,6 +1330,7 @@ PART_KEYS = {
     "memory": ("memory",),
     "images": ("images",),
     "network": ("network",),
+    "runners": ("runners",),
 }
 
 
@@ -1511,6 +1521,10 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
         from benchmarks.network import network_ratios
 
         out |= network_ratios(results["network"])
+    if results.get("runners"):
+        from benchmarks.runners import runners_ratios
+
+        out |= runners_ratios(results["runners"])
     return out
 
 
@@ -1600,6 +1614,14 @@ def _network_tables(results: dict[str, Any]) -> list[str]:
     return network_tables(results["network"])
 
 
+def _runners_tables(results: dict[str, Any]) -> list[str]:
+    if not results.get("runners"):
+        return []
+    from benchmarks.runners import runners_tables
+
+    return runners_tables(results["runners"])
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as Markdown tables: what the README's Performance section shows."""
     lines = [
@@ -1611,6 +1633,7 @@ def markdown(results: dict[str, Any]) -> str:
         *_write_tables(results),
         *_image_tables(results),
         *_network_tables(results),
+        *_runners_tables(results),
         *_ratio_table(results),
     ]
     if results.get("glibc"):

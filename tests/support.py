@@ -104,3 +104,31 @@ def multi_worker_train(args: list[str], workers: int = 2, timeout: float = 600) 
         assert proc.returncode == 0, stderr[-3000:]
         outs.append(json.loads(stdout))
     return outs
+
+
+def cached_against_policy(pipeline_yaml: str) -> list[str]:
+    """Tasks of the suite's components that a compiled pipeline lets Kubeflow cache although
+    their policy (tfrecord_suite.kfp.steps.STEPS) says not to: a cached resolve_dataset, for
+    one, keeps training on the version an alias named when it first ran."""
+    import yaml
+
+    from tfrecord_suite.kfp.steps import STEPS
+
+    with open(pipeline_yaml) as fh:
+        spec = next(yaml.safe_load_all(fh))
+    uncached = {f"comp-{n.replace('_', '-')}" for n, p in STEPS.items() if not p.cache}
+    wrong = []
+
+    def walk(dag: dict) -> None:
+        for name, task in dag.get("tasks", {}).items():
+            ref = task["componentRef"]["name"]
+            inner = spec["components"].get(ref, {})
+            if "dag" in inner:
+                walk(inner["dag"])
+            # kfp numbers repeated uses of one component: comp-train-2
+            base = ref.rsplit("-", 1)[0] if ref.rsplit("-", 1)[-1].isdigit() else ref
+            if base in uncached and task.get("cachingOptions", {}).get("enableCache"):
+                wrong.append(name)
+
+    walk(spec["root"]["dag"])
+    return wrong

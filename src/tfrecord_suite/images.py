@@ -100,6 +100,22 @@ class ImageSet:
             return self.image("trainer-tpu")
         return self.component
 
+    @classmethod
+    def of(cls, image: str) -> ImageSet | None:
+        """The set ``image`` belongs to: one of the suite's images names its registry and tag.
+
+        None for any other image (one of a user's own, say), whose registry may hold none of
+        the suite's other images.
+        """
+        name, _, tag = image.rpartition(":")
+        registry, _, repository = name.rpartition("/")
+        if "/" in tag or not registry or repository not in {r for r, _ in IMAGE_FILES.values()}:
+            return None
+        try:
+            return cls(registry, tag)
+        except ImageReferenceError:
+            return None
+
     def table(self) -> dict[str, tuple[str, str]]:
         """``key -> (image reference, Dockerfile)`` for every image."""
         return {key: (self.image(key), path) for key, (_, path) in IMAGE_FILES.items()}

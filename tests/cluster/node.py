@@ -43,9 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from realparts import controlplane
-
 from cluster import images
+from realparts import controlplane
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -298,7 +298,7 @@ def test_cronjob_pod_retrains_in_podman(component_image, tmp_path, gcs_bucket, o
 
 
 def test_users_own_pipeline_runs_inside_the_image(engine, component_image, tmp_path, monkeypatch):
-    """tests/e2e/user_pipeline.py (components loaded from components/*/component.yaml, and the
+    """tests/e2e/user_pipeline.py (components loaded from components/*/*/component.yaml, and the
     user's own component reading our Dataset and Model) through kfp.local's DockerRunner:
     every step in the built image, as a Kubeflow backend runs it."""
     from kfp import local

@@ -143,6 +143,7 @@ def test_pods_reach_the_api_server_as_kubernetes_default(one_node_cluster):
 def test_the_node_is_the_pinned_release_on_containerd(one_node_cluster):
     """The kubelet and containerd that joined are the pinned builds."""
     from kubernetes import client
+
     from realparts import controlplane
 
     pins = controlplane.versions()

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN_COMPONENT = ROOT / "components" / "train" / "component.yaml"
 STEP_ACCOUNT = "pipeline-runner"
 #: What each trainer requests: two of them, the step's pod and the system pods fit this
-#: machine's 2 CPUs (the CPU trainer's default asks for 4).
+#: machine's 2 CPUs (the CPU trainer's default asks for 3).
 SMALL = {"cpu_request": "500m", "memory_request": "3Gi"}
 
 

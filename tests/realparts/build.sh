@@ -11,14 +11,25 @@
 # same with its sibling modules.
 #
 # The node parts `make cluster-up` runs (tests/cluster/) are built the same way: kubelet and
-# kube-proxy from k8s.io/kubernetes (and its pause, with gcc); containerd with its runc shim; runc (cgo and libseccomp, as
-# its releases are built: the seccomp filters pods get); the CNI plugins; CoreDNS; JobSet and the
-# Kubeflow Trainer controller manager.
+# kube-proxy from k8s.io/kubernetes (and its pause, with gcc); containerd with its runc shim;
+# runc (cgo and libseccomp, as its releases are built: the seccomp filters pods get); the CNI
+# plugins; CoreDNS; JobSet and the Kubeflow Trainer controller manager.
 #
-# Usage: build.sh [PART|all|node]...   (prints the folder of each part it built or found)
-#   PART: etcd kubernetes crds kubernetes-node pause containerd runc cni-plugins coredns jobset
-#         trainer
-#   all: etcd, kubernetes and crds (what the `k8s` tests need); node: all and the cluster's parts
+# Beam's Prism runner is built the same way from the Beam Go module at the Python SDK's version
+# (github.com/apache/beam/sdks/v2, command go/cmd/prism).
+#
+# Beam's Flink and Spark job servers come from Maven Central: Maven resolves the runner module and
+# its dependencies into <name>-<version>/lib, and a launcher jar of our own beside them
+# (job-server.jar: its manifest names the driver class and the jars, and opens the JDK packages
+# Spark needs on Java 17) runs as `java -jar job-server.jar`, or as Beam's
+# --flink_job_server_jar / --spark_job_server_jar. versions.env says why not Beam's own
+# *-job-server jars.
+#
+# Usage: build.sh [PART|all|runners|node]...   (prints the folder of each part it built or found)
+#   PART: etcd kubernetes crds prism flink spark kubernetes-node pause containerd runc
+#         cni-plugins coredns jobset trainer
+#   all: etcd, kubernetes, crds and the runners (what `make test` needs); runners: prism, flink,
+#   spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list above)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -184,12 +195,95 @@ crds() {
 
 module_dir() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
 
+prism() {
+  go_build prism github.com/apache/beam/sdks/v2 "$BEAM_VERSION" "" \
+    github.com/apache/beam/sdks/v2/go/cmd/prism
+}
+
+# maven_job_server NAME VERSION MAIN_CLASS ADD_OPENS DEPENDENCIES...: resolves DEPENDENCIES
+# (group:artifact:version) with Maven into $cache/NAME-VERSION/lib and writes job-server.jar there.
+maven_job_server() {
+  local name=$1 version=$2 main=$3 opens=$4
+  shift 4
+  local out="$cache/$name-$version"
+  if [ -f "$out/.complete" ]; then
+    echo "$out"
+    return
+  fi
+  local work deps=""
+  work=$(mktemp -d "$cache/.build-$name-XXXXXX")
+  log "resolving $name $version from Maven Central (once; cached in $out)"
+  for d in "$@"; do
+    IFS=: read -r g a v <<<"$d"
+    deps+="<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
+  done
+  cat >"$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>tfrs.local.realparts</groupId><artifactId>$name</artifactId><version>$version</version>
+  <packaging>pom</packaging>
+  <dependencies>$deps</dependencies>
+</project>
+POM
+  # Maven's own repository inside the cache: one folder to delete, nothing left in ~/.m2
+  (cd "$work" && mvn -B -q -Dmaven.repo.local="$cache/.m2" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$work/lib")
+  python3 - "$work" "$main" "$opens" <<'PY'
+import os, sys, zipfile
+work, main, opens = sys.argv[1:]
+jars = sorted(os.listdir(os.path.join(work, "lib")))
+attributes = [("Manifest-Version", "1.0"), ("Main-Class", main),
+              ("Class-Path", " ".join(f"lib/{j}" for j in jars))]
+if opens:
+    attributes.append(("Add-Opens", opens))
+lines = []
+for key, value in attributes:
+    line = f"{key}: {value}".encode()
+    # manifest lines are at most 72 bytes; a continuation line starts with one space
+    lines.append(line[:72])
+    lines += [b" " + line[i : i + 71] for i in range(72, len(line), 71)]
+with zipfile.ZipFile(os.path.join(work, "job-server.jar"), "w") as jar:
+    jar.writestr("META-INF/MANIFEST.MF", b"\r\n".join(lines) + b"\r\n")
+PY
+  rm -rf "$out"
+  mkdir -p "$out"
+  mv "$work/lib" "$work/job-server.jar" "$work/pom.xml" "$out/"
+  rm -rf "$work"
+  touch "$out/.complete"
+  echo "$out"
+}
+
+flink() {
+  maven_job_server beam-flink-job-server "$BEAM_JOB_SERVER_VERSION-flink-$FLINK_RUNNER" \
+    org.apache.beam.runners.flink.FlinkJobServerDriver "" \
+    "org.apache.beam:beam-runners-flink-$FLINK_RUNNER:$BEAM_JOB_SERVER_VERSION"
+}
+
+spark() {
+  local s="org.apache.spark" opens="" p
+  # what Spark's own launcher opens on Java 17 (JavaModuleOptions), for the embedded local[N]
+  for p in java.lang java.lang.invoke java.lang.reflect java.io java.net java.nio java.util \
+    java.util.concurrent java.util.concurrent.atomic sun.nio.ch sun.nio.cs sun.security.action \
+    sun.util.calendar; do
+    opens+="java.base/$p "
+  done
+  maven_job_server beam-spark-job-server "$BEAM_JOB_SERVER_VERSION-spark-$SPARK_VERSION" \
+    org.apache.beam.runners.spark.SparkJobServerDriver "${opens% }" \
+    "org.apache.beam:beam-runners-spark-3:$BEAM_JOB_SERVER_VERSION" \
+    "$s:spark-core_2.12:$SPARK_VERSION" "$s:spark-streaming_2.12:$SPARK_VERSION" \
+    "$s:spark-sql_2.12:$SPARK_VERSION" "org.slf4j:slf4j-api:$SPARK_SLF4J_VERSION"
+}
+
 for part in "${@:-all}"; do
   case "$part" in
     kubernetes) kubernetes ;;
     etcd) etcd ;;
     crds) crds ;;
-    all) etcd && kubernetes && crds ;;
+    prism) prism ;;
+    flink) flink ;;
+    spark) spark ;;
+    runners) prism && flink && spark ;;
+    all) etcd && kubernetes && crds && prism && flink && spark ;;
     kubernetes-node) kubernetes_node ;;
     pause) pause ;;
     containerd) containerd ;;
@@ -202,6 +296,6 @@ for part in "${@:-all}"; do
       etcd && kubernetes && crds && kubernetes_node && pause && containerd && runc &&
         cni_plugins && coredns && jobset && trainer
       ;;
-    *) echo "usage: $0 [PART|all|node]... (see the top of this file)" >&2; exit 2 ;;
+    *) echo "usage: $0 [PART|all|runners|node]... (see the top of this file)" >&2; exit 2 ;;
   esac
 done

@@ -3,7 +3,8 @@ kube-controller-manager and kube-scheduler, built from their published Go module
 
 The API server runs as a cluster's does: TLS with a CA of its own, client certificates, RBAC and
 Node authorization (no AlwaysAllow), the default admission plugins plus NodeRestriction
-(NamespaceLifecycle, ServiceAccount, LimitRanger, ResourceQuota, Priority, PodSecurity, ...),
+(NamespaceLifecycle, ServiceAccount, LimitRanger, ResourceQuota, Priority, PodSecurity, ...)
+and OwnerReferencesPermissionEnforcement,
 and service-account tokens signed by a key of its own, so a token made with the TokenRequest API
 is exactly what a pod's projected token would be. The controller manager runs every default
 controller (garbage collector, namespaces, StatefulSets, Jobs, quotas, service accounts), each
@@ -54,13 +55,20 @@ def cache_root() -> Path:
 
 
 def part_dir(part: str) -> Path:
-    """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd`` or ``crds``)."""
+    """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd``, ``crds``, ``prism``,
+    ``flink`` or ``spark``)."""
     pins = versions()
     names = {
         "kubernetes": f"kubernetes-{pins['KUBERNETES_VERSION']}",
         "etcd": f"etcd-{pins['ETCD_VERSION']}",
         "crds": f"crds-trainer-{pins['TRAINER_VERSION']}"
         f"-training-operator-{pins['TRAINING_OPERATOR_VERSION']}",
+        # Beam's runners (realparts/runners.py)
+        "prism": f"prism-{pins['BEAM_VERSION']}",
+        "flink": f"beam-flink-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
+        f"-flink-{pins['FLINK_RUNNER']}",
+        "spark": f"beam-spark-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
+        f"-spark-{pins['SPARK_VERSION']}",
     }
     return cache_root() / names[part]
 
@@ -328,6 +336,21 @@ class ControlPlane:
             }
         }
         core.patch_node_status(name, status)
+        # the TaintNodesByCondition admission plugin gives a new node the not-ready taint; the
+        # node lifecycle controller (off here: no kubelet heartbeats) lifts it once Ready
+        core.patch_node(name, {"spec": {"taints": None}})
+
+    def requests_by(self, user: str) -> list[dict[str, Any]]:
+        """The audit log's events of every request ``user`` made (e.g.
+        ``system:serviceaccount:kubeflow:pipeline-runner``): verb, objectRef (apiGroup,
+        resource, subresource, namespace, name), requestURI and the response code."""
+        path = self.workdir / "audit.log"
+        events = []
+        for line in path.read_text().splitlines() if path.exists() else []:
+            event = json.loads(line)
+            if event.get("user", {}).get("username") == user:
+                events.append(event)
+        return events
 
     # -------------------------------------------------------------------------------- lifecycle
 
@@ -482,6 +505,18 @@ def start(
         )
     )
 
+    # every request, with who made it and on what (no bodies): tests read it to see exactly
+    # which calls an account made (ControlPlane.requests_by)
+    (workdir / "audit-policy.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "audit.k8s.io/v1",
+                "kind": "Policy",
+                "omitStages": ["RequestReceived", "ResponseStarted"],
+                "rules": [{"level": "Metadata"}],
+            }
+        )
+    )
     etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
     url = f"https://{address}:{api_port}"
     admin = _client_kubeconfig(
@@ -520,7 +555,9 @@ def start(
             f"--tls-private-key-file={workdir / 'apiserver.key'}",
             f"--client-ca-file={ca_file}",
             "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
+            # beyond the defaults: NodeRestriction (kubeadm's), and the ownerReference check
+            # OpenShift enables (setting blockOwnerDeletion needs update on the owner)
+            "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement",
             "--anonymous-auth=false",
             f"--service-account-issuer={ISSUER}",
             f"--service-account-key-file={workdir / 'sa.pub'}",
@@ -530,6 +567,11 @@ def start(
             "--endpoint-reconciler-type=none",
             f"--cert-dir={workdir / 'certs'}",
             "--profiling=false",
+            f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+            f"--audit-log-path={workdir / 'audit.log'}",
+            "--audit-log-format=json",
+            # written as requests end, not in batches: a test reads it right after its calls
+            "--audit-log-mode=blocking",
             "--v=0",
         ],
     )
@@ -553,6 +595,10 @@ def start(
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # the garbage collector and namespace controller act within seconds, not minutes
             "--concurrent-gc-syncs=5",
+            # a quota made seconds after a CRD counts its objects only from the quota
+            # controller's next full resync (5 min by default); until then the API server
+            # refuses those objects ("status unknown for quota")
+            "--resource-quota-sync-period=10s",
             # nodes here have no kubelet to renew their lease: the node lifecycle controller
             # would mark them unreachable and evict what the scheduler placed on them
             "--controllers=*,-node-lifecycle-controller",

@@ -75,7 +75,8 @@ def write_pod_status(core: Any, namespace: str, pod: dict[str, Any] | Any, exit_
 
 class Kubelet:
     """Marks every pod the scheduler bound to a node in ``namespace`` Running and Ready, as the
-    node's kubelet would once its containers started (a background thread, until ``stop``)."""
+    node's kubelet would once its containers started, and removes the pods being deleted, as it
+    would once their containers stopped (a background thread, while in its ``with`` block)."""
 
     def __init__(self, api_client: Any, namespace: str, interval: float = 0.3):
         from kubernetes import client
@@ -104,13 +105,17 @@ class Kubelet:
             except (ApiException, OSError):
                 continue
             for pod in pods:
-                if not pod.spec.node_name or pod.metadata.deletion_timestamp:
-                    continue
-                if (pod.status.phase or "Pending") != "Pending":
+                if not pod.spec.node_name:
                     continue
                 try:
-                    write_pod_status(self.core, self.namespace, pod)
-                    self.started.add(pod.metadata.name)
+                    if pod.metadata.deletion_timestamp:
+                        # the containers stopped: the kubelet removes the pod for good
+                        self.core.delete_namespaced_pod(
+                            pod.metadata.name, self.namespace, grace_period_seconds=0
+                        )
+                    elif (pod.status.phase or "Pending") == "Pending":
+                        write_pod_status(self.core, self.namespace, pod)
+                        self.started.add(pod.metadata.name)
                 except ApiException:
                     pass  # deleted meanwhile
 
@@ -167,6 +172,8 @@ def node_pod(job: dict[str, Any], pod: str, rtype: str, index: int) -> dict[str,
             ],
         },
         "spec": {
+            # no scheduler of that name: the pod stays unbound, so deleting it needs no kubelet
+            "schedulerName": "tfrs-unscheduled",
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "containers": [{"name": container, "image": "stand-in", "command": ["true"]}],

@@ -48,10 +48,12 @@ def apply_placement(placement: Placement, task: Any) -> Any:
 
 #: CPU and memory each step requests by default (Kubernetes quantities). The shard step runs
 #: Beam's DirectRunner inside its pod when no remote runner is given; evaluation loads two
-#: SavedModels; the train step's request follows its placement (:func:`train_request`).
+#: SavedModels; the train step's request follows its placement (:func:`train_request`). Each
+#: fits a common 4 vCPU / 16 GB node (tests/integration/test_k8s_apiserver.py); --step-resources
+#: asks for more where nodes are larger.
 STEP_REQUESTS: dict[str, tuple[str, str]] = {
     "fingerprint": ("500m", "512Mi"),
-    "shard": ("4", "8Gi"),
+    "shard": ("3", "8Gi"),
     "version": ("1", "2Gi"),
     "resolve_dataset": ("250m", "512Mi"),
     "evaluate": ("2", "8Gi"),

@@ -48,6 +48,16 @@ def running_image() -> str:
     return os.environ.get(images.IMAGE_ENV) or images.COMPONENT_IMAGE
 
 
+def running_images() -> images.ImageSet:
+    """The image set of this step's image: where the images it starts come from.
+
+    A component built with ``tfrecord_suite.components.build(image_registry=R, image_tag=T)``
+    starts its distributed job's nodes and tf.data service workers from ``R`` and ``T``; a step
+    on an image of the user's own falls back to the default set.
+    """
+    return images.ImageSet.of(running_image()) or images.DEFAULT_IMAGES
+
+
 @contextlib.contextmanager
 def _final_on_bad_input(step: str, *kinds: type[BaseException]) -> Iterator[None]:
     """Say plainly that a failure caused by the data or parameters will not pass on a retry.
@@ -412,7 +422,7 @@ def _cluster_input_service(
     with DataServiceLauncher(api).running(
         f"{job_name(run_key)}-data",
         wanted.cluster_workers,
-        image or images.COMPONENT_IMAGE,
+        image or running_images().component,
         run_id=run_key,
         service_account=pod.service_account,
         owner=pod.owner_reference(),
@@ -489,7 +499,7 @@ def _train_in_job(
         kinds = choose_launchers(where.launcher, api)
     job = JobConfig(
         name=name,
-        image=trainer_image or images.trainer_image(where.accelerator_resource),
+        image=trainer_image or running_images().trainer(where.accelerator_resource),
         trainer_args=options.to_args(config),
         workers=workers,
         placement=where,
@@ -624,13 +634,49 @@ def default_model_registry(registry_root: str) -> str:
     return storage.join(registry_root, "_models")
 
 
-def _model_target(dataset: Any, model_registry: str, model_name: str) -> tuple[str, str]:
+def dataset_reference(dataset: Any, step: str) -> str:
+    """The exact version reference (``<root>/<name>@<version>``) a Dataset artifact names.
+
+    The version and resolve_dataset steps put it in the artifact's ``ref`` metadata. A Dataset
+    made by anything else (a ``dsl.importer``, a component of the user's) carries at most its
+    URI, which is taken when it is a version folder, ``<registry>/<name>/<MAJOR.MINOR.PATCH>``
+    holding ``manifest.json``.
+
+    Raises:
+        RetryWillNotHelp: The artifact names no dataset version; the message says what to pass.
+
+    """
+    from tfrecord_suite.registry.manifest import Manifest, RegistryError
+
+    ref = dataset.metadata.get("ref")
+    if ref:
+        return str(ref)
+    uri = storage.normalize(str(dataset.metadata.get("version_uri") or dataset.uri)).rstrip("/")
+    manifest_uri = storage.join(uri, "manifest.json")
+    try:
+        if storage.exists(manifest_uri):
+            m = Manifest.load(storage.read_text(manifest_uri), manifest_uri)
+            name_dir = storage.parent(uri)
+            if storage.basename(uri) == m.version and storage.basename(name_dir) == m.dataset:
+                return f"{storage.join(storage.parent(name_dir), m.dataset)}@{m.version}"
+    except RegistryError as exc:
+        raise RetryWillNotHelp(f"{step}: the dataset input {uri}: {exc}") from exc
+    raise RetryWillNotHelp(
+        f"{step}: the dataset input {uri} names no dataset version: its metadata has no 'ref' "
+        "and it is not a version folder (<registry>/<dataset>/<MAJOR.MINOR.PATCH>/ holding "
+        "manifest.json). Pass the version or resolve_dataset step's 'dataset' output, or a "
+        "dsl.importer of a version folder (or with metadata={'ref': "
+        "'<registry>/<dataset>@<version>'})"
+    )
+
+
+def _model_target(dataset: Any, model_registry: str, model_name: str, step: str) -> tuple[str, str]:
     """The model registry and name, defaulting to ``<dataset registry>/_models`` and the dataset."""
     from tfrecord_suite.registry.refs import DatasetRef
 
     if model_registry and model_name:
         return model_registry, model_name
-    ref = DatasetRef.parse(dataset.metadata["ref"])
+    ref = DatasetRef.parse(dataset_reference(dataset, step))
     return model_registry or default_model_registry(ref.root), model_name or ref.dataset
 
 
@@ -653,10 +699,10 @@ def evaluate_task(
     from tfrecord_suite.train.evaluate import GateConfig, markdown, run_gate
 
     _setup_logging()
-    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    model_registry, model_name = _model_target(dataset, model_registry, model_name, "evaluate")
     result = run_gate(
         GateConfig(
-            dataset=dataset.metadata.get("ref") or dataset.uri,
+            dataset=dataset_reference(dataset, "evaluate"),
             export_dir=export_dir(model),
             model_registry=model_registry,
             model_name=model_name,
@@ -700,13 +746,14 @@ def register_task(
     from tfrecord_suite.registry.models import ModelRegistry
 
     _setup_logging()
-    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    model_registry, model_name = _model_target(dataset, model_registry, model_name, "register")
+    ref = dataset_reference(dataset, "register")
     result = ModelRegistry(model_registry).register(
         model_name,
         storage.normalize(model.path),
         model.metadata.get("export_subdir") or EXPORT_SUBDIR,
         lineage={
-            "dataset": dataset.metadata.get("ref"),
+            "dataset": ref,
             "dataset_uri": dataset.metadata.get("version_uri"),
             "model_artifact_uri": model.uri,
             "dataset_digest": dataset.metadata.get("digest"),
@@ -727,7 +774,7 @@ def register_task(
             "version": result.version,
             "export_dir": result.export_dir,
             "content_digest": result.manifest["content_digest"],
-            "dataset": dataset.metadata.get("ref"),
+            "dataset": ref,
         },
     )
     return result.version

@@ -25,8 +25,10 @@ LAUNCHERS = ("auto", "trainjob", "tfjob")
 PER_GPU_REQUEST = (2, 8)
 #: What a trainer on a TPU host requests (TPU hosts have tens of cores and hundreds of GiB).
 TPU_HOST_REQUEST = ("8", "32Gi")
-#: What a CPU-only trainer requests.
-CPU_TRAINER_REQUEST = ("4", "16Gi")
+#: What a CPU-only trainer requests: fits a common 4 vCPU / 16 GB node (GKE e2-standard-4 leaves
+#: 3.92 CPU and ~12.4 GiB allocatable), as the real scheduler in
+#: tests/integration/test_k8s_apiserver.py places it.
+CPU_TRAINER_REQUEST = ("3", "10Gi")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +45,8 @@ class Placement:
         memory_limit: Memory limit of the trainer, empty for none.
         cpu_request: CPU the trainer requests (each node of a job, or the step's pod), e.g.
             1500m for nodes smaller than the default asks; empty: the default for the
-            accelerator (4 for a CPU trainer).
-        memory_request: Memory the trainer requests, e.g. 6Gi; empty: the default (16Gi for a
+            accelerator (3 for a CPU trainer).
+        memory_request: Memory the trainer requests, e.g. 6Gi; empty: the default (10Gi for a
             CPU trainer).
         launch_job: Always train in a separate distributed job (a TrainJob or TFJob, as
             ``launcher`` picks), even with one worker: the train step's own pod stays a small
