@@ -222,8 +222,8 @@ def one_node_cluster():
     if os.environ.get("TFRS_CLUSTER") != "1":
         pytest.skip("no one-node cluster running: `make cluster-up`, or `make test-cluster`")
     node.preflight()
-    cluster = node.up(trainer=False)
     try:
+        cluster = node.up(trainer=False)
         yield cluster
     finally:
         node.down()

@@ -177,8 +177,8 @@ def _executor_input(out: Path, parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_train_step(trainer_cluster, namespace, data, name, **parameters) -> dict[str, Any]:
-    """Run the train step's pod to the end; its executor output, log and the TrainJobs seen."""
+def start_train_step(trainer_cluster, namespace, data, name, **parameters) -> Path:
+    """Create the train step's pod; return the folder its artifacts go to."""
     from kubernetes import client
 
     cluster, image, shared = trainer_cluster
@@ -196,23 +196,44 @@ def run_train_step(trainer_cluster, namespace, data, name, **parameters) -> dict
     }
     pod = _step_pod(name, image, _executor_input(out, params), f"run-{name}-{uuid.uuid4().hex[:6]}")
     pod = json.loads(json.dumps(pod).replace("@SHARED@", str(shared)))
+    client.CoreV1Api(cluster.api_client()).create_namespaced_pod(namespace, pod)
+    return out
+
+
+def _trainjobs(cluster: Any, namespace: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(cluster.api_client()).list_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
+    )["items"]
+
+
+def _node_pods(cluster: Any, namespace: str) -> list[Any]:
+    """The pods of any TrainJob's JobSet in ``namespace``."""
+    from kubernetes import client
+
+    return (
+        client.CoreV1Api(cluster.api_client())
+        .list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name")
+        .items
+    )
+
+
+def run_train_step(trainer_cluster, namespace, data, name, **parameters) -> dict[str, Any]:
+    """Run the train step's pod to the end; its executor output, log and the TrainJobs seen."""
+    from kubernetes import client
+
+    cluster = trainer_cluster[0]
+    out = start_train_step(trainer_cluster, namespace, data, name, **parameters)
     core = client.CoreV1Api(cluster.api_client())
-    custom = client.CustomObjectsApi(cluster.api_client())
-    core.create_namespaced_pod(namespace, pod)
     trainjobs: dict[str, dict] = {}
     trainer_pods: set[str] = set()
     deadline = time.monotonic() + 1800
     phase = ""
     while time.monotonic() < deadline:
         phase = core.read_namespaced_pod(name, namespace).status.phase
-        for job in custom.list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
-        )["items"]:
-            trainjobs[job["metadata"]["name"]] = job
-        for p in core.list_namespaced_pod(
-            namespace, label_selector="jobset.sigs.k8s.io/jobset-name"
-        ).items:
-            trainer_pods.add(p.metadata.name)
+        trainjobs.update({j["metadata"]["name"]: j for j in _trainjobs(cluster, namespace)})
+        trainer_pods.update(p.metadata.name for p in _node_pods(cluster, namespace))
         if phase in ("Succeeded", "Failed"):
             break
         time.sleep(3)
@@ -236,7 +257,6 @@ def _model(result: dict[str, Any]) -> dict[str, Any]:
 def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
     trainer_cluster, digits_on_node, cluster_namespace
 ):
-    from kubernetes import client
 
     cluster = trainer_cluster[0]
     ns = cluster_namespace
@@ -262,10 +282,7 @@ def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
         tail = two["log"].split(f"node-{rank} (")[1]
         assert "(CollectiveAllReduceStrategy, 2 replicas)" in tail.split("log tail:")[1][:4000]
     # and deleted it when training was done
-    left = client.CustomObjectsApi(cluster.api_client()).list_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs"
-    )["items"]
-    assert not left
+    assert not _trainjobs(cluster, ns)
 
     assert _model(one)["replicas"] == 1
     assert _model(two)["strategy"] == "CollectiveAllReduceStrategy"  # MultiWorkerMirrored
@@ -305,3 +322,33 @@ def test_a_job_whose_nodes_cannot_be_scheduled_says_why(
     waiting = [r.getMessage() for r in caplog.records if "Insufficient cpu" in r.getMessage()]
     assert waiting and "node-0" in waiting[0], caplog.text  # said while it waited
     assert "Insufficient cpu" in str(failed.value), failed.value  # and in the failure
+
+
+def test_deleting_the_step_mid_train_leaves_nothing_running(
+    trainer_cluster, digits_on_node, cluster_namespace
+):
+    """A run's step pod deleted while its two nodes train: the garbage collector deletes the
+    TrainJob it owns, the Trainer its JobSet, and the kubelet stops the nodes' containers."""
+    from kubernetes import client
+
+    cluster = trainer_cluster[0]
+    ns = cluster_namespace
+    _launcher_account(cluster, ns)
+    start_train_step(trainer_cluster, ns, digits_on_node, "cancel", workers=2, epochs=500,
+                     batch_size=32, placement=json.dumps(SMALL))  # fmt: skip
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        running = [p for p in _node_pods(cluster, ns) if p.status.phase == "Running"]
+        if len(running) == 2:
+            break
+        time.sleep(2)
+    assert len(running) == 2, [p.status.phase for p in _node_pods(cluster, ns)]
+    time.sleep(15)  # well into training
+    core = client.CoreV1Api(cluster.api_client())
+    core.delete_namespaced_pod("cancel", ns)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and (_trainjobs(cluster, ns) or _node_pods(cluster, ns)):
+        time.sleep(2)
+    assert not _trainjobs(cluster, ns)
+    # a pod object goes only once the kubelet has stopped its containers
+    assert not _node_pods(cluster, ns)
