@@ -193,12 +193,19 @@ class Cluster:
 
 
 def _running(pid: int, name: str) -> bool:
-    """Whether ``pid`` is still the process ``name`` we started (not a reused id)."""
+    """Whether ``pid`` is still the process ``name`` we started (not ended, not a reused id).
+
+    A process that has just been started may show no command line yet: Popen returns at the
+    point of no return of its exec, before the kernel has set up the new program's memory.
+    """
     try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
         argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
     except OSError:
         return False
-    return Path(argv0).name == name
+    if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):  # ended, not yet reaped
+        return False
+    return not argv0 or Path(argv0).name == name
 
 
 # ------------------------------------------------------------------------------------ helpers

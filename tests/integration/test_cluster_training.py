@@ -5,7 +5,7 @@ modules, installed from their own manifests); the two nodes find each other thro
 headless Service and cluster DNS and train with MultiWorkerMirroredStrategy to the same quality
 as the same step training alone in its pod. Marker ``cluster``.
 
-The step runs exactly as its compiled component says (``components/train/component.yaml``:
+The step runs exactly as its compiled component says (``components/training/train/component.yaml``:
 its command, ``kfp.dsl.executor_main`` on an executor input), as the run's account with the
 suite's launcher Role (k8s/base), told about itself through the downward API as the compiled
 pipelines do (tfrecord_suite.podinfo). Kubeflow Pipelines' backend, which would write that
@@ -28,11 +28,12 @@ import pytest
 import yaml
 
 from tfrecord_suite import podinfo
+from tfrecord_suite.kfp import catalog
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN_COMPONENT = ROOT / "components" / "train" / "component.yaml"
+TRAIN_COMPONENT = Path(catalog.folder("train", str(ROOT / "components"))) / "component.yaml"
 STEP_ACCOUNT = "pipeline-runner"
 #: What each trainer requests: two of them, the step's pod and the system pods fit this
 #: machine's 2 CPUs (the CPU trainer's default asks for 3).
