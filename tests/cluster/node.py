@@ -871,20 +871,25 @@ def _kill_pods() -> None:
             root.rmdir()
 
 
-def _our_shims(socket: Path) -> list[int]:
-    """The containerd shims serving our containerd (their command line names its socket)."""
-    pids = []
+#: What the cluster runs (anything else naming the state folder, a `tail -f` of a log, is left).
+_PROGRAMS = {*PROCESSES, "containerd-shim-runc-v2"}
+
+
+def _ours(state: Path) -> dict[int, str]:
+    """``pid -> program`` of the processes whose command line names the state folder: the
+    shims of our containerd (its socket), and any part of ours that a failed start did not get
+    to record (etcd's data folder, the API server's certificates are under it)."""
+    needle = str(state.resolve()).encode()
+    found = {}
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if (
-                Path(argv[0].decode()).name == "containerd-shim-runc-v2"
-                and str(socket).encode() in argv
-            ):
-                pids.append(int(proc.name))
-    return pids
+            program = Path(argv[0].decode()).name
+            if program in _PROGRAMS and any(needle in arg for arg in argv[1:]):
+                found[int(proc.name)] = program
+    return found
 
 
 def _unmount_under(folder: Path) -> None:
@@ -910,11 +915,11 @@ def down(state: Path | None = None) -> None:
     _kill_pods()
     if "containerd" in pids:
         _kill(pids["containerd"], "containerd")
-    for shim in _our_shims(state / "run" / "containerd.sock"):
-        _kill(shim, "containerd-shim-runc-v2", timeout=5)
     for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         if name in pids:
             _kill(pids[name], name)
+    for pid, program in _ours(state).items():  # shims, and what a failed start left
+        _kill(pid, program, timeout=5)
     _kill_pods()
     _network_down()
     saved = state / "sysctls.json"
