@@ -46,6 +46,8 @@ CONFIGS = {
     "step's hardware",
     "tfrecord_suite.kfp.placement.Deployment": "`compile`, `submit`, `retrain`: images, "
     "requests, caching",
+    "tfrecord_suite.launch.credentials.Credentials": "inside Deployment (flat flags): the "
+    "Secrets of every step and launched pod",
     "tfrecord_suite.kfp.endpoint.KfpEndpoint": "`submit`, `retrain`: the KFP API and its "
     "credentials",
     "tfrecord_suite.image_build.ImageBuildConfig": "`tfrecord-suite images build`",

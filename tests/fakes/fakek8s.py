@@ -120,10 +120,18 @@ API_RESOURCES = {
     ("trainer.kubeflow.org", "v1alpha1"): ("trainjobs", "TrainJob"),
 }
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-#: the built-in objects the fake keeps (a run's tf.data service): path pattern -> OpenAPI type
+#: the built-in objects the fake keeps (a run's tf.data service, the step's lease): path
+#: pattern -> OpenAPI type
 OBJECTS = {
     re.compile(r"/api/v1/namespaces/([^/]+)/(services)(?:/([^/]+))?"): "V1Service",
     re.compile(r"/apis/apps/v1/namespaces/([^/]+)/(statefulsets)(?:/([^/]+))?"): "V1StatefulSet",
+    re.compile(r"/apis/batch/v1/namespaces/([^/]+)/(jobs)(?:/([^/]+))?"): "V1Job",
+    re.compile(
+        r"/apis/policy/v1/namespaces/([^/]+)/(poddisruptionbudgets)(?:/([^/]+))?"
+    ): "V1PodDisruptionBudget",
+    re.compile(
+        r"/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/(networkpolicies)(?:/([^/]+))?"
+    ): "V1NetworkPolicy",
 }
 
 
@@ -158,6 +166,11 @@ class FakeKubernetes:
         self.objects_created: list[dict[str, Any]] = []
         self.objects_deleted: list[tuple[str, str, str, str | None]] = []
         self.pods_ready = True
+        # (method, path, body) of every PATCH
+        self.patches: list[tuple[str, str, Any]] = []
+        # UIDs of every object created, and of those deleted since (the garbage collector's
+        # view of owners)
+        self.uids: dict[str, tuple[str, str, str]] = {}
         self._gets: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         fake = self
@@ -196,6 +209,11 @@ class FakeKubernetes:
             def do_DELETE(self) -> None:
                 self._handle("DELETE")
 
+            def do_PATCH(self) -> None:
+                if self.headers.get("Content-Type") != "application/json-patch+json":
+                    return self._send(415, _status(415, "only JSON patches here"))
+                self._handle("PATCH")
+
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -220,7 +238,96 @@ class FakeKubernetes:
 
     # ------------------------------------------------------------------------------ routing
 
+    def tick(self) -> None:
+        """Play the controllers that end a lease, restated from Kubernetes:
+
+        * the Job controller fails a Job once ``activeDeadlineSeconds`` have passed since its
+          ``status.startTime`` (``pastActiveDeadline``, pkg/controller/job/job_controller.go),
+          with or without pods; it sets ``startTime`` when it first sees the Job (here: on
+          creation);
+        * the TTL-after-finished controller deletes a finished Job whose
+          ``ttlSecondsAfterFinished`` have passed (pkg/controller/ttlafterfinished);
+        * the garbage collector deletes an object once none of its owners exists
+          (pkg/controller/garbagecollector), for owners this server made (it keeps no pods).
+        """
+        import time as time_
+
+        now = time_.time()
+        for key, obj in list(self.objects.items()):
+            if key[0] != "jobs":
+                continue
+            spec, status = obj["spec"], obj.setdefault("status", {})
+            deadline = spec.get("activeDeadlineSeconds")
+            running = not status.get("conditions")
+            if running and deadline is not None and now - status["_started"] >= deadline:
+                status["conditions"] = [{"type": "Failed", "status": "True",
+                                         "reason": "DeadlineExceeded"}]  # fmt: skip
+                status["_finished"] = now
+            ttl = spec.get("ttlSecondsAfterFinished")
+            finished = status.get("_finished")
+            if finished is not None and ttl is not None and now - finished >= ttl:
+                self._remove(key)
+        while True:
+            live = {self._uid(o) for o in [*self.objects.values(), *self.jobs.values()]}
+            stored = [*self.objects.items(), *((("custom", *k), j) for k, j in self.jobs.items())]
+            orphans = []
+            for key, obj in stored:
+                owners = {r["uid"] for r in obj["metadata"].get("ownerReferences") or []}
+                owners &= set(self.uids)  # owners this server knows (it keeps no pods)
+                if owners and not owners & live:
+                    orphans.append(key)
+            if not orphans:
+                return
+            for key in orphans:
+                self._remove(key)
+
+    def settle(self) -> None:
+        """Run :meth:`tick` now (the server also runs it on every request)."""
+        with self._lock:
+            self.tick()
+
+    def stored(self) -> set[tuple[str, str]]:
+        """``(kind, name)`` of every object the server holds now (jobs included)."""
+        with self._lock:
+            return {(o["kind"], o["metadata"]["name"]) for o in self.objects.values()} | {
+                (j["kind"], j["metadata"]["name"]) for j in self.jobs.values()
+            }
+
+    @staticmethod
+    def _uid(obj: dict[str, Any]) -> str:
+        return obj["metadata"].get("uid", "")
+
+    def _remove(self, key: tuple) -> None:
+        if key[0] == "custom":
+            if isinstance(self.scenario, LocalOperator):
+                self.scenario.stop()
+            self.deleted.append((key[1], key[2], "GarbageCollector"))
+            self.jobs.pop((key[1], key[2]), None)
+            return
+        self.objects_deleted.append((*key, "GarbageCollector"))
+        self.objects.pop(key, None)
+
+    def _admit(self, body: dict[str, Any]) -> dict[str, Any]:
+        """What the API server adds to an object it creates: a UID and a creation time."""
+        import datetime as dt
+        import time as time_
+        import uuid
+
+        body = json.loads(json.dumps(body))
+        uid = str(uuid.uuid4())
+        body["metadata"]["uid"] = uid
+        body["metadata"]["creationTimestamp"] = dt.datetime.now(dt.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+        if body.get("kind") == "Job":
+            body["status"] = {"startTime": body["metadata"]["creationTimestamp"],
+                              "_started": time_.time()}  # fmt: skip
+        self.uids[uid] = (body.get("kind", ""), body["metadata"].get("namespace", ""),
+                          body["metadata"]["name"])  # fmt: skip
+        return body
+
     def route(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple:
+        self.tick()
         m = re.fullmatch(r"/apis/([^/]+)/([^/]+)", path)
         if m and method == "GET":
             return self._discovery(m[1], m[2])
@@ -300,19 +407,33 @@ class FakeKubernetes:
             key = (plural, ns, body["metadata"]["name"])
             if key in self.objects:
                 return 409, _status(409, "AlreadyExists"), json_type
-            self.objects[key] = body
+            self.objects[key] = self._admit(body)
             self.objects_created.append(body)
-            return 201, body, json_type
+            return 201, _public(self.objects[key]), json_type
         key = (plural, ns, name)
         if name is None or key not in self.objects:
             return 404, _status(404, "NotFound"), json_type
         if method == "GET":
-            out = json.loads(json.dumps(self.objects[key]))
+            out = _public(self.objects[key])
             if plural == "statefulsets":
                 replicas = out["spec"]["replicas"]
                 ready = replicas if self.pods_ready else 0
                 out["status"] = {"replicas": replicas, "readyReplicas": ready}
             return 200, out, json_type
+        if method == "PATCH":
+            import jsonpatch
+
+            self.patches.append((method, f"{plural}/{ns}/{name}", body))
+            obj = self.objects[key]
+            private = obj.pop("status", None)
+            patched = jsonpatch.apply_patch(obj, body)
+            problems = validate(patched, type_name)
+            if problems:
+                obj["status"] = private
+                return 422, _status(422, "; ".join(problems)), json_type
+            patched["status"] = private
+            self.objects[key] = patched
+            return 200, _public(patched), json_type
         if method == "DELETE":
             self.objects_deleted.append((plural, ns, name, query.get("propagationPolicy")))
             del self.objects[key]
@@ -327,7 +448,7 @@ class FakeKubernetes:
             key = (ns, body["metadata"]["name"])
             if key in self.jobs:
                 return 409, _status(409, "AlreadyExists"), "application/json"
-            self.jobs[key] = body
+            self.jobs[key] = self._admit(body)
             self.created.append(body)
             self.create_queries.append(query)
             if isinstance(self.scenario, LocalOperator):
@@ -496,6 +617,16 @@ def validate_trainjob(obj: dict[str, Any], crd: str = "") -> list[str]:
     from fakes.crdschema import TRAINJOB_CRD, validate_crd
 
     return validate_crd(obj, crd or TRAINJOB_CRD)
+
+
+def _public(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a stored object as the API returns it (the fake's own bookkeeping left out)."""
+    out = json.loads(json.dumps(obj))
+    status = out.get("status")
+    if isinstance(status, dict):
+        for key in [k for k in status if k.startswith("_")]:
+            del status[key]
+    return out
 
 
 def _status(code: int, message: str) -> dict[str, Any]:

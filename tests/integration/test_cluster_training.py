@@ -29,6 +29,7 @@ import yaml
 
 from tfrecord_suite import podinfo
 from tfrecord_suite.kfp import catalog
+from tfrecord_suite.launch.lease import lease_name
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -276,7 +277,9 @@ def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
     (job,) = two["trainjobs"].values()
     assert job["spec"]["runtimeRef"]["name"] == "tfrecord-suite-tensorflow"
     assert job["spec"]["trainer"]["numNodes"] == 2
-    assert job["metadata"]["ownerReferences"][0]["name"] == "two"  # the step's pod
+    # owned by the step's lease (launch/lease.py), a Job the step's pod owns
+    (owner,) = job["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Job", lease_name(job["metadata"]["name"]))
     assert len(two["trainer_pods"]) == 2, two["trainer_pods"]
     # the step reports each node's log tail: both joined one 2-replica collective
     for rank in (0, 1):
@@ -328,8 +331,9 @@ def test_a_job_whose_nodes_cannot_be_scheduled_says_why(
 def test_deleting_the_step_mid_train_leaves_nothing_running(
     trainer_cluster, digits_on_node, cluster_namespace
 ):
-    """A run's step pod deleted while its two nodes train: the garbage collector deletes the
-    TrainJob it owns, the Trainer its JobSet, and the kubelet stops the nodes' containers."""
+    """A run's step pod deleted while its two nodes train: the garbage collector deletes its
+    lease and the TrainJob the lease owns, the Trainer its JobSet, and the kubelet stops the
+    nodes' containers."""
     from kubernetes import client
 
     cluster = trainer_cluster[0]

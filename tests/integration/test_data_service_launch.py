@@ -13,6 +13,7 @@ from fakes.chief import write_chief_outputs
 from fakes.fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, train_step
 from tfrecord_suite import images
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
+from tfrecord_suite.launch.credentials import Credentials
 from tfrecord_suite.launch.data_service import (
     DataServiceLauncher,
     dispatcher_address,
@@ -20,6 +21,7 @@ from tfrecord_suite.launch.data_service import (
     write_manifests,
 )
 from tfrecord_suite.launch.job import JobError, job_name
+from tfrecord_suite.launch.lease import lease_name
 from tfrecord_suite.registry.datasets import Registry
 from tfrecord_suite.shard.step import ShardConfig, run_shard
 from tfrecord_suite.train.trainer import TrainConfig, served_input
@@ -33,40 +35,90 @@ def _launcher(k8s, **kw):
     return DataServiceLauncher(k8s.api_client(), sleep=lambda s: None, **kw)
 
 
+SERVICE_OBJECTS = {
+    ("services", "Service", ""),
+    ("statefulsets", "StatefulSet", "-dispatcher"),
+    ("statefulsets", "StatefulSet", "-worker"),
+    ("poddisruptionbudgets", "PodDisruptionBudget", "-worker"),
+    ("networkpolicies", "NetworkPolicy", ""),
+}
+
+
 def test_the_service_runs_while_training_and_is_deleted_after():
+    creds = Credentials("bucket-keys", "s3-keys", "regcred")
     with FakeKubernetes(SUCCESS) as k8s:
         with _launcher(k8s).running(
             "tfrs-train-abc-data", 3, "reg/img:1", run_id="run-1", service_account="sa",
-            owner=OWNER, namespace="ml",
+            owner=OWNER, namespace="ml", credentials=creds,
         ) as address:  # fmt: skip
             assert address == "grpc://tfrs-train-abc-data-dispatcher-0.tfrs-train-abc-data:5050"
             kinds = {(o["kind"], o["metadata"]["name"]) for o in k8s.objects.values()}
-            assert kinds == {
-                ("Service", "tfrs-train-abc-data"),
-                ("StatefulSet", "tfrs-train-abc-data-dispatcher"),
-                ("StatefulSet", "tfrs-train-abc-data-worker"),
-            }
+            assert kinds == {(k, f"tfrs-train-abc-data{s}") for _, k, s in SERVICE_OBJECTS}
         assert k8s.objects == {}
-        assert sorted(d[:3] for d in k8s.objects_deleted) == [
-            ("services", "ml", "tfrs-train-abc-data"),
-            ("statefulsets", "ml", "tfrs-train-abc-data-dispatcher"),
-            ("statefulsets", "ml", "tfrs-train-abc-data-worker"),
-        ]
-    for obj in k8s.objects_created:  # validated by the stand-in as V1Service / V1StatefulSet
+        assert sorted(d[:3] for d in k8s.objects_deleted) == sorted(
+            (p, "ml", f"tfrs-train-abc-data{s}") for p, _, s in SERVICE_OBJECTS
+        )
+    # validated by the stand-in against the Kubernetes client's OpenAPI types
+    for obj in k8s.objects_created:
         assert obj["metadata"]["ownerReferences"] == [OWNER]
         assert obj["metadata"]["labels"]["tfrecord-suite/run"] == "run-1"
-    workers = next(o for o in k8s.objects_created if o["metadata"]["name"].endswith("-worker"))
+    created = {o["metadata"]["name"]: o for o in k8s.objects_created if o["kind"] == "StatefulSet"}
+    workers = created["tfrs-train-abc-data-worker"]
     pod = workers["spec"]["template"]["spec"]
     assert workers["spec"]["replicas"] == 3 and pod["serviceAccountName"] == "sa"
     assert pod["containers"][0]["image"] == "reg/img:1"
-    dispatcher = next(
-        o for o in k8s.objects_created if o["metadata"]["name"].endswith("-dispatcher")
-    )
-    # a run's journal lives as long as its pod: a StatefulSet would leave a claim behind
-    assert "volumeClaimTemplates" not in dispatcher["spec"]
-    assert dispatcher["spec"]["template"]["spec"]["volumes"] == [
-        {"name": "journal", "emptyDir": {}}
+    # the workers read the data with the run's Secrets; both pull with its pull Secret
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "bucket-keys"
+    dispatcher = created["tfrs-train-abc-data-dispatcher"]
+    dpod = dispatcher["spec"]["template"]["spec"]
+    assert "AWS_ACCESS_KEY_ID" not in {e["name"] for e in dpod["containers"][0]["env"]}
+    assert pod["imagePullSecrets"] == dpod["imagePullSecrets"] == [{"name": "regcred"}]
+    # the journal is on a claim, which outlives the dispatcher's pod and goes with the set
+    assert [t["metadata"]["name"] for t in dispatcher["spec"]["volumeClaimTemplates"]] == [
+        "journal"
     ]
+    assert dispatcher["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+
+
+def test_the_pods_are_locked_down_fit_a_small_node_and_admit_only_trainers():
+    """Restricted pods (Pod Security Standards "restricted": non-root, no privilege escalation,
+    no capabilities, RuntimeDefault seccomp; also no API token, read-only root), requests that
+    fit a 4 vCPU / 16 GB node, a memory limit, workers spread over nodes, a disruption budget,
+    and a NetworkPolicy whose only peers are trainer pods and the service's own."""
+    from tfrecord_suite.launch.job import JobConfig
+    from tfrecord_suite.launch.placement import SMALL_NODE, fits_small_node
+
+    made = {(o["kind"], o["metadata"]["name"]): o for o in objects("s", 2, "img")}
+    for component in ("dispatcher", "worker"):
+        sts = made[("StatefulSet", f"s-{component}")]
+        pod = sts["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        (container,) = pod["containers"]
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+        resources = container["resources"]
+        assert fits_small_node(resources["requests"]), (component, resources, SMALL_NODE)
+        assert fits_small_node(resources["limits"]) and "memory" in resources["limits"]
+    anti = made[("StatefulSet", "s-worker")]["spec"]["template"]["spec"]["affinity"]
+    (term,) = anti["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    budget = made[("PodDisruptionBudget", "s-worker")]["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
+    policy = made[("NetworkPolicy", "s")]["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    peers = [p["podSelector"]["matchLabels"] for p in rule["from"]]
+    trainer = JobConfig(name="j", image="i", trainer_args=[], workers=2).labels()
+    assert peers[0].items() <= trainer.items()  # a job's nodes are admitted
+    assert peers[1] == policy["podSelector"]["matchLabels"]
+    assert sorted(p["port"] for p in rule["ports"]) == [5050, 5051]
 
 
 def test_the_service_is_deleted_when_training_fails():
@@ -74,7 +126,7 @@ def test_the_service_is_deleted_when_training_fails():
         running = _launcher(k8s).running("s", 1, "img", run_id="r", namespace="ml")
         with pytest.raises(RuntimeError, match="boom"), running:
             raise RuntimeError("boom")
-        assert k8s.objects == {} and len(k8s.objects_deleted) == 3
+        assert k8s.objects == {} and len(k8s.objects_deleted) == len(SERVICE_OBJECTS)
 
 
 def test_pods_that_never_get_ready_fail_the_step_and_leave_nothing():
@@ -90,17 +142,18 @@ def test_pods_that_never_get_ready_fail_the_step_and_leave_nothing():
         assert k8s.objects == {}
 
 
+PLURALS = {kind: plural for plural, kind, _ in SERVICE_OBJECTS}
+
+
 def test_a_retried_step_adopts_its_own_service_but_not_another_runs():
     with FakeKubernetes(SUCCESS) as k8s:
         for body in objects("s", 1, "img", labels={"tfrecord-suite/run": "run-1"}):
-            k8s.objects[({"Service": "services"}.get(body["kind"], "statefulsets"), "ml",
-                         body["metadata"]["name"])] = body  # fmt: skip
+            k8s.objects[(PLURALS[body["kind"]], "ml", body["metadata"]["name"])] = body
         with _launcher(k8s).running("s", 1, "img", run_id="run-1", namespace="ml") as address:
             assert address == dispatcher_address("s")
             assert k8s.objects_created == []  # adopted, not created again
         for body in objects("s", 1, "img", labels={"tfrecord-suite/run": "run-1"}):
-            k8s.objects[({"Service": "services"}.get(body["kind"], "statefulsets"), "ml",
-                         body["metadata"]["name"])] = body  # fmt: skip
+            k8s.objects[(PLURALS[body["kind"]], "ml", body["metadata"]["name"])] = body
         with (
             pytest.raises(
                 JobError, match=r"Service ml/s already exists and belongs to another run"
@@ -147,13 +200,18 @@ def test_train_step_gives_the_job_nodes_its_runs_service(four_files, tmp_path, m
     name = f"{job_name('run-7')}-data"
     args = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--input-service") + 1] == dispatcher_address(name)
-    created = {o["metadata"]["name"]: o for o in k8s.objects_created}
-    assert set(created) == {name, f"{name}-dispatcher", f"{name}-worker"}
-    worker = created[f"{name}-worker"]
+    created = {(o["kind"], o["metadata"]["name"]): o for o in k8s.objects_created}
+    lease = created.pop(("Job", lease_name(job_name("run-7"))))
+    assert set(created) == {(k, f"{name}{s}") for _, k, s in SERVICE_OBJECTS}
+    worker = created[("StatefulSet", f"{name}-worker")]
     assert worker["spec"]["replicas"] == 2
     assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "default-editor"
     assert worker["spec"]["template"]["spec"]["containers"][0]["image"] == images.COMPONENT_IMAGE
-    assert worker["metadata"]["ownerReferences"][0]["name"] == "train-pod"
+    # the service and the job are the lease's; the lease is the step pod's
+    assert lease["metadata"]["ownerReferences"][0]["name"] == "train-pod"
+    for obj in [*created.values(), job]:
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("Job", lease["metadata"]["name"])
 
 
 def test_too_few_files_for_the_workers_is_refused_before_anything_starts(

@@ -30,7 +30,7 @@ from realparts import standins
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.data_service import DataServiceLauncher, objects
 from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher, job_name
-from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.launch.placement import SMALL_NODE, Placement
 from tfrecord_suite.launch.tfjob import TFJob
 from tfrecord_suite.launch.trainjob import TrainJob
 
@@ -48,10 +48,10 @@ PSS_LABELS = {
     "pod-security.kubernetes.io/enforce": "baseline",
     "pod-security.kubernetes.io/warn": "restricted",
 }
-#: A common 4 vCPU / 16 GB node after the kubelet's reservations (GKE e2-standard-4: 3920m
-#: CPU, about 12.4 GiB allocatable; other clouds leave a little more).
+#: A common 4 vCPU / 16 GB node, and what it leaves for pods after the kubelet's reservations
+#: and the usual daemon sets (launch.placement.SMALL_NODE, which the defaults are chosen for).
 NODE_4X16 = {"cpu": "4", "memory": "16Gi"}
-NODE_4X16_ALLOCATABLE = {"cpu": "3920m", "memory": "12700Mi"}
+NODE_4X16_ALLOCATABLE = SMALL_NODE
 
 
 def _docs(path: Path) -> list[dict]:
@@ -99,7 +99,9 @@ def kubeflow(k8s):
     for node in ("node-4x16-a", "node-4x16-b", "node-4x16-c"):
         with contextlib.suppress(Exception):  # a node of an earlier module's fixture
             k8s.add_node(node, **NODE_4X16, allocatable=NODE_4X16_ALLOCATABLE)
-    return k8s
+    # the nodes' kubelets: what the scheduler places runs, and what is deleted goes
+    with standins.Kubelet(k8s.api_client()):
+        yield k8s
 
 
 def _binding(ns, name, role_kind, role, account, account_ns=None):
@@ -180,7 +182,7 @@ def test_the_jobs_the_launcher_makes_apply_and_update(kubeflow, k8s_namespace, k
 def test_the_data_service_the_launcher_makes_applies_and_updates(kubeflow, k8s_namespace):
     _ensure_namespace(kubeflow, k8s_namespace)
     made = objects("tfrs-data-r1", 2, "ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0",
-                   journal_claim=False, service_account="default", labels={})  # fmt: skip
+                   service_account="default", labels={})  # fmt: skip
     _apply_then_update(kubeflow, made, k8s_namespace)
 
 
@@ -293,22 +295,19 @@ def test_the_run_account_runs_its_data_service(installed, install):
     api = _as_account(installed, ns, account)
     name = f"tfrs-data-{uuid.uuid4().hex[:6]}"
     service = DataServiceLauncher(api, sleep=lambda s: time.sleep(0.2), timeout_seconds=120)
-    with standins.Kubelet(installed.api_client(), ns) as kubelet:
-        first = service.running(name, 2, "img:1", run_id="r1", namespace=ns,
-                                service_account=account)  # fmt: skip
-        with first as address:
-            assert address.startswith(f"{name}-dispatcher-0.{name}:")
-            retried = service.running(name, 2, "img:1", run_id="r1", namespace=ns,
-                                      service_account=account)  # fmt: skip
-            with retried:
-                pass
-        apps = client.AppsV1Api(installed.api_client())
-        _wait_for(
-            lambda: not [s for s in apps.list_namespaced_stateful_set(ns).items
-                         if s.metadata.name.startswith(name)],
-            what="the data service's StatefulSets deleted",
-        )  # fmt: skip
-    assert {f"{name}-dispatcher-0", f"{name}-worker-0", f"{name}-worker-1"} <= kubelet.started
+    first = service.running(name, 2, "img:1", run_id="r1", namespace=ns, service_account=account)
+    with first as address:
+        assert address.startswith(f"grpc://{name}-dispatcher-0.{name}:")
+        retried = service.running(name, 2, "img:1", run_id="r1", namespace=ns,
+                                  service_account=account)  # fmt: skip
+        with retried:
+            pass
+    apps = client.AppsV1Api(installed.api_client())
+    _wait_for(
+        lambda: not [s for s in apps.list_namespaced_stateful_set(ns).items
+                     if s.metadata.name.startswith(name)],
+        what="the data service's StatefulSets deleted",
+    )  # fmt: skip
 
 
 def _forbidden(call, *args, **kwargs) -> bool:
@@ -354,23 +353,32 @@ def test_the_launcher_role_grants_exactly_what_the_launcher_calls(installed, lau
     TrainJob and a TFJob that succeed and fail; a tf.data service made, adopted by a retry,
     deleted), every call allowed; and the API server's audit log shows it used every verb the
     Role grants: least privilege that is also sufficient."""
+    from tfrecord_suite.launch.lease import Lease
+
     ns, account, role = launcher_only
     api = _as_account(installed, ns, account)
     assert discovery.choose_launchers("auto", api) == [TrainJob, TFJob]
-    for kind in (TrainJob, TFJob):
-        for state, node in (("Succeeded", None), ("Failed", "node-1" if kind is TrainJob else "worker-0")):  # fmt: skip
-            config = _config(ns)
-            operator = _operate(installed, kind, ns, config.name, state, failing_node=node)
-            with contextlib.suppress(JobError):
-                JobLauncher(kind, api).run(config)
-            operator.join()
-    service = DataServiceLauncher(api, sleep=lambda s: time.sleep(0.2), timeout_seconds=120)
-    with (
-        standins.Kubelet(installed.api_client(), ns),
-        service.running("tfrs-data-x", 1, "img:1", run_id="r", namespace=ns),
-        service.running("tfrs-data-x", 1, "img:1", run_id="r", namespace=ns),  # adopts it
-    ):
-        pass
+    lease = Lease(api, "tfrs-train-x-lease", "img", namespace=ns, run_id="r", seconds=60,
+                  renew_seconds=0.5)  # fmt: skip
+    with lease:
+        # a retried step adopts the lease of the run's earlier attempt
+        Lease(api, "tfrs-train-x-lease", "img", namespace=ns, run_id="r").acquire()
+        for kind in (TrainJob, TFJob):
+            for state, node in (("Succeeded", None), ("Failed", "node-1" if kind is TrainJob else "worker-0")):  # fmt: skip
+                config = _config(ns, owner=lease.owner_reference())
+                operator = _operate(installed, kind, ns, config.name, state, failing_node=node)
+                with contextlib.suppress(JobError):
+                    JobLauncher(kind, api).run(config)
+                operator.join()
+        service = DataServiceLauncher(api, sleep=lambda s: time.sleep(0.2), timeout_seconds=120)
+        owner = lease.owner_reference()
+        with (
+            service.running("tfrs-data-x", 1, "img:1", run_id="r", namespace=ns, owner=owner),
+            # a retried step adopts them
+            service.running("tfrs-data-x", 1, "img:1", run_id="r", namespace=ns, owner=owner),
+        ):
+            pass
+        assert lease.renewals >= 1
     used = set()
     for event in installed.requests_by(f"system:serviceaccount:{ns}:{account}"):
         ref = event.get("objectRef")
@@ -483,7 +491,7 @@ def test_deleting_the_step_pod_makes_the_garbage_collector_delete_its_data_servi
     owner = _owner_pod(installed, ns)
     api = _as_account(installed, ns, account)
     name = f"tfrs-data-{uuid.uuid4().hex[:6]}"
-    made = objects(name, 1, "img:1", journal_claim=False, service_account=account,
+    made = objects(name, 1, "img:1", service_account=account,
                    labels={}, owner=owner)  # fmt: skip
     service = DataServiceLauncher(api)
     for body in made:
@@ -525,7 +533,7 @@ def test_a_cancelled_launcher_deletes_its_job(installed, kind, tmp_path):
     module = "trainjob" if kind is TrainJob else "tfjob"
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCH.format(module=module, kind=kind.kind),
-         json.dumps({k: v for k, v in vars(config).items() if k != "placement"})],
+         json.dumps({k: v for k, v in vars(config).items() if k not in ("placement", "credentials")})],
         env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -619,7 +627,7 @@ def test_every_pod_of_a_default_run_fits_a_4_vcpu_16_gb_node(kubeflow, k8s_names
     pods["trainjob-node"] = [{"name": "node", "resources": trainjob["spec"]["trainer"]["resourcesPerNode"]}]  # fmt: skip
     for rtype, spec in TFJob.render(config)["spec"]["tfReplicaSpecs"].items():
         pods[f"tfjob-{rtype.lower()}"] = spec["template"]["spec"]["containers"]
-    for sts in objects("tfrs-data-fit", 2, "img", journal_claim=False, labels={})[1:]:
+    for sts in [o for o in objects("tfrs-data-fit", 2, "img") if o["kind"] == "StatefulSet"]:
         pods[sts["metadata"]["name"].removeprefix("tfrs-")] = sts["spec"]["template"]["spec"]["containers"]  # fmt: skip
     pending = {}
     for name, containers in sorted(pods.items()):
@@ -627,3 +635,73 @@ def test_every_pod_of_a_default_run_fits_a_4_vcpu_16_gb_node(kubeflow, k8s_names
         if reason:
             pending[name] = (reason, [c.get("resources") for c in containers])
     assert pending == {}, "\n".join(f"{n}: {r} {res}" for n, (r, res) in pending.items())
+
+
+LEASED = """
+import json, sys
+from tfrecord_suite.launch.data_service import DataServiceLauncher
+from tfrecord_suite.launch.job import JobConfig, JobLauncher, kubernetes_client
+from tfrecord_suite.launch.lease import Lease
+from tfrecord_suite.launch.trainjob import TrainJob
+
+name, ns, owner = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+api = kubernetes_client()
+with Lease(api, name + "-lease", "img", namespace=ns, run_id=name, owner=owner,
+           seconds=8, renew_seconds=2) as lease:
+    with DataServiceLauncher(api, timeout_seconds=120).running(
+            name + "-data", 1, "img", run_id=name, owner=lease.owner_reference(), namespace=ns):
+        print("running", flush=True)
+        JobLauncher(TrainJob, api).run(JobConfig(
+            name=name, image="img", trainer_args=[], workers=2, namespace=ns, run_id=name,
+            owner=lease.owner_reference(), poll_seconds=0.5))
+"""
+
+
+def test_a_killed_launcher_leaves_nothing_past_its_lease(installed, tmp_path):
+    """The step's process is killed (SIGKILL: no cleanup) while its pod object stays, as when
+    Kubeflow terminates a run: the real Job controller fails the lease at its deadline once the
+    renewals stop, the TTL controller deletes it, and the garbage collector deletes the TrainJob
+    and the tf.data service it owns. While renewed, the lease outlives its first deadline."""
+    from kubernetes import client
+
+    ns, account = RUN_ACCOUNTS["standalone"]
+    owner = _owner_pod(installed, ns)
+    kubeconfig = installed.kubeconfig_for_token(
+        installed.token(ns, account), tmp_path / "kubeconfig", namespace=ns
+    )
+    name = job_name(f"lease-{uuid.uuid4().hex}")
+    apps = client.AppsV1Api(installed.api_client())
+    core = client.CoreV1Api(installed.api_client())
+    batch = client.BatchV1Api(installed.api_client())
+
+    def alive() -> set[str]:
+        found = {j.metadata.name for j in batch.list_namespaced_job(ns).items}
+        found |= {s.metadata.name for s in apps.list_namespaced_stateful_set(ns).items}
+        found |= {s.metadata.name for s in core.list_namespaced_service(ns).items}
+        if _exists(installed, TrainJob, ns, name):
+            found.add(name)
+        return {f for f in found if f.startswith(name)}
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LEASED, name, ns, json.dumps(owner)],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: name in alive() or proc.poll() is not None, timeout=120,
+                  what="the TrainJob created")  # fmt: skip
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(14)  # past the lease's first deadline (8 s): renewed, all still there
+        assert alive() == {name, f"{name}-lease", f"{name}-data",
+                           f"{name}-data-dispatcher", f"{name}-data-worker"}  # fmt: skip
+        proc.kill()
+        proc.wait()
+        killed = time.monotonic()
+        _wait_for(lambda: not alive(), timeout=90, what=f"nothing left of {name}")
+        gone_after = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert gone_after < 60
+    # the step's pod is still there: it was the lease that ended them
+    assert owner["name"] in {p.metadata.name for p in core.list_namespaced_pod(ns).items}

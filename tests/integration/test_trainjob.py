@@ -35,6 +35,7 @@ from tfrecord_suite.launch.job import (
     LauncherUnavailable,
     job_name,
 )
+from tfrecord_suite.launch.lease import Lease
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob
 from tfrecord_suite.launch.trainjob import RUNTIME_NAME, TrainJob, render_trainjob
@@ -352,7 +353,7 @@ def test_a_refused_trainjob_names_the_likely_cause():
 
 # ------------------------------------------------------------------------------ RBAC
 
-_VERBS = {"POST": "create", "GET": "get", "DELETE": "delete"}
+_VERBS = {"POST": "create", "GET": "get", "DELETE": "delete", "PATCH": "patch"}
 
 
 def _rbac_requests(requests):
@@ -396,6 +397,12 @@ def test_rbac_grants_exactly_what_the_launcher_calls():
         with first, retried:
             pass
         used |= _rbac_requests(k8s.requests)
+    with FakeKubernetes(Scenario([("Succeeded", "")])) as k8s:  # the step's lease, adopted
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-1"}
+        lease = Lease(k8s.api_client(), "l", "img", namespace="ml", run_id="r", owner=owner)
+        with lease, Lease(k8s.api_client(), "l", "img", namespace="ml", run_id="r"):
+            lease.renew()
+        used |= _rbac_requests(k8s.requests)
     with open(os.path.join(K8S, "base", "role.yaml")) as fh:
         role = yaml.safe_load(fh)
     granted = {
@@ -434,10 +441,17 @@ def test_train_task_launches_a_trainjob_on_a_current_cluster(tmp_path, monkeypat
             trainer_image="registry.example.com/t/tfrecord-suite-gpu:v1",
         )["metrics"]
         (job,) = k8s.created
+        (lease,) = [o for o in k8s.objects_created if o["kind"] == "Job"]
+        lease_uid = next(u for u, (kind, _, _) in k8s.uids.items() if kind == "Job")
+        assert k8s.objects == {}  # the lease is deleted after the job
     assert job["kind"] == "TrainJob"
-    # what the downward API told the step's pod: the job is owned by that pod, and its nodes
-    # run as the run's own account
+    # what the downward API told the step's pod: the job is owned by the step's lease, which
+    # that pod owns, and its nodes run as the run's own account
     assert job["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": lease["metadata"]["name"],
+         "uid": lease_uid}
+    ]  # fmt: skip
+    assert lease["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -445,6 +459,7 @@ def test_train_task_launches_a_trainjob_on_a_current_cluster(tmp_path, monkeypat
             "uid": "0b9c-77",
         }
     ]
+    assert lease["spec"]["parallelism"] == 0 and lease["spec"]["ttlSecondsAfterFinished"] == 0
     node = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
     pod = node["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "default-editor"
@@ -534,3 +549,48 @@ def test_auto_falls_back_to_a_tfjob_where_the_trainer_is_too_old(tmp_path, monke
                 launcher="trainjob",
             )  # fmt: skip
         assert not k8s.created
+
+
+def test_nodes_get_the_runs_secrets_and_no_api_token():
+    """The Secrets the pipeline was compiled with reach every node, in the shape the steps get
+    them (launch/credentials.py), valid against each job API's schema; no node mounts a
+    service-account token (TFJob: in its pod; TrainJob: in the runtime)."""
+    from tfrecord_suite.launch.credentials import Credentials
+    from tfrecord_suite.launch.tfjob import render_tfjob
+
+    gcs = Credentials("gcs-sa-key", "gcs-key", "regcred")
+    trainjob = render_trainjob(config(credentials=gcs))
+    assert validate_crd(trainjob, TRAINJOB_CRD) == []
+    env = {e["name"]: e.get("value") for e in trainjob["spec"]["trainer"]["env"]}
+    assert env["GOOGLE_APPLICATION_CREDENTIALS"] == gcs.key_file
+    patch = trainjob["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    pod = patch["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert {"name": "tfrs-storage-credentials", "secret": {"secretName": "gcs-sa-key"}} in (
+        pod["volumes"]
+    )
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {m["mountPath"] for m in mounts} == {"/dev/shm", os.path.dirname(gcs.key_file)}
+    runtime = _runtime()["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert runtime["template"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+    s3 = Credentials("bucket-keys", "s3-keys")
+    tfjob = render_tfjob(config(credentials=s3))
+    from fakes.fakek8s import validate_tfjob
+
+    assert validate_tfjob(tfjob) == []
+    for replica in tfjob["spec"]["tfReplicaSpecs"].values():
+        spec = replica["template"]["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in spec["containers"][0]["env"]
+                if "valueFrom" in e}  # fmt: skip
+        assert refs["AWS_ACCESS_KEY_ID"] == {"name": "bucket-keys", "key": "AWS_ACCESS_KEY_ID"}
+        assert refs["AWS_ENDPOINT_URL"]["optional"] is True
+    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+
+
+def test_default_trainer_requests_fit_a_small_node():
+    from tfrecord_suite.launch.placement import fits_small_node
+
+    for placement in (Placement(), Placement(accelerator_type="nvidia-l4")):
+        assert fits_small_node(placement.requests()), placement.requests()

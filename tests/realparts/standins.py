@@ -9,8 +9,10 @@ move along. They never answer for the API server.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import threading
+import time
 from typing import Any
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -74,11 +76,17 @@ def write_pod_status(core: Any, namespace: str, pod: dict[str, Any] | Any, exit_
 
 
 class Kubelet:
-    """Marks every pod the scheduler bound to a node in ``namespace`` Running and Ready, as the
+    """Marks every pod the scheduler bound to a node in ``namespace`` (None: in every
+    namespace) Running and Ready, as the
     node's kubelet would once its containers started, and removes the pods being deleted, as it
-    would once their containers stopped (a background thread, while in its ``with`` block)."""
+    would once their containers stopped (a background thread, while in its ``with`` block).
 
-    def __init__(self, api_client: Any, namespace: str, interval: float = 0.3):
+    It also plays a volume provisioner: each pending claim in ``namespace`` gets a volume made
+    for it (a hostPath no container ever mounts, labelled ``tfrecord-suite/stand-in``), which
+    the real volume binder then binds, as a cluster's default StorageClass would do.
+    """
+
+    def __init__(self, api_client: Any, namespace: str | None = None, interval: float = 0.3):
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -95,13 +103,64 @@ class Kubelet:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        # finish what is being deleted: a pod left Terminating would hold its node's resources
+        # for the rest of the session
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            dying = [p for p in self._pods() if p.metadata.deletion_timestamp and p.spec.node_name]
+            if not dying:
+                return
+            for pod in dying:
+                with contextlib.suppress(Exception):
+                    self.core.delete_namespaced_pod(
+                        pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+                    )
+            time.sleep(self.interval)
+
+    def _pods(self) -> list[Any]:
+        if self.namespace:
+            return self.core.list_namespaced_pod(self.namespace).items
+        return self.core.list_pod_for_all_namespaces().items
+
+    def _provision(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        if self.namespace:
+            claims = self.core.list_namespaced_persistent_volume_claim(self.namespace).items
+        else:
+            claims = self.core.list_persistent_volume_claim_for_all_namespaces().items
+        for claim in claims:
+            if claim.spec.volume_name or claim.metadata.deletion_timestamp:
+                continue
+            name = f"pv-{claim.metadata.uid}"
+            volume = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name, "labels": {"tfrecord-suite/stand-in": "provisioner"}},
+                "spec": {
+                    "capacity": {"storage": claim.spec.resources.requests["storage"]},
+                    "accessModes": claim.spec.access_modes,
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": f"/tmp/tfrs-stand-in-volumes/{name}"},
+                    "claimRef": {"namespace": claim.metadata.namespace,
+                                 "name": claim.metadata.name,
+                                 "uid": claim.metadata.uid},
+                },
+            }  # fmt: skip
+            try:
+                self.core.create_persistent_volume(volume)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
 
     def _loop(self) -> None:
         from kubernetes.client.exceptions import ApiException
 
         while not self._stop.wait(self.interval):
+            with contextlib.suppress(ApiException, OSError):
+                self._provision()
             try:
-                pods = self.core.list_namespaced_pod(self.namespace).items
+                pods = self._pods()
             except (ApiException, OSError):
                 continue
             for pod in pods:
@@ -111,10 +170,10 @@ class Kubelet:
                     if pod.metadata.deletion_timestamp:
                         # the containers stopped: the kubelet removes the pod for good
                         self.core.delete_namespaced_pod(
-                            pod.metadata.name, self.namespace, grace_period_seconds=0
+                            pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
                         )
                     elif (pod.status.phase or "Pending") == "Pending":
-                        write_pod_status(self.core, self.namespace, pod)
+                        write_pod_status(self.core, pod.metadata.namespace, pod)
                         self.started.add(pod.metadata.name)
                 except ApiException:
                     pass  # deleted meanwhile

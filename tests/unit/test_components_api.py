@@ -57,9 +57,9 @@ def test_an_image_names_its_set_and_a_step_starts_images_from_its_own(monkeypatc
 
     mine = ImageSet("localhost:5000/team", "t1")
     for key in ("component", "trainer-gpu", "beam-worker"):
-        assert ImageSet.of(mine.image(key)) == mine
-    assert ImageSet.of("europe-docker.pkg.dev/acme/ml/my-trainer:3") is None  # not one of ours
-    assert ImageSet.of("tfrecord-suite:1") is None  # no registry
+        assert ImageSet.find(mine.image(key)) == mine
+    assert ImageSet.find("europe-docker.pkg.dev/acme/ml/my-trainer:3") is None  # not one of ours
+    assert ImageSet.find("tfrecord-suite:1") is None  # no registry
     monkeypatch.setenv(IMAGE_ENV, mine.component)
     assert running_images().trainer(GPU_RESOURCE) == "localhost:5000/team/tfrecord-suite-gpu:t1"
     monkeypatch.setenv(IMAGE_ENV, "europe-docker.pkg.dev/acme/ml/my-trainer:3")

@@ -25,10 +25,23 @@ LAUNCHERS = ("auto", "trainjob", "tfjob")
 PER_GPU_REQUEST = (2, 8)
 #: What a trainer on a TPU host requests (TPU hosts have tens of cores and hundreds of GiB).
 TPU_HOST_REQUEST = ("8", "32Gi")
-#: What a CPU-only trainer requests: fits a common 4 vCPU / 16 GB node (GKE e2-standard-4 leaves
-#: 3.92 CPU and ~12.4 GiB allocatable), as the real scheduler in
-#: tests/integration/test_k8s_apiserver.py places it.
+#: What a CPU-only trainer requests: it fits a 4 vCPU / 16 GB node (:data:`SMALL_NODE`).
 CPU_TRAINER_REQUEST = ("3", "10Gi")
+#: What a 4 vCPU / 16 GB node (GKE e2-standard-4, EKS m5.xlarge) leaves for pods after the
+#: kubelet's reservations and the usual daemon sets: the defaults of every pod the suite
+#: creates fit in it (a request or limit above it would stay Pending on such a node).
+SMALL_NODE = {"cpu": "3500m", "memory": "12Gi"}
+
+
+def fits_small_node(quantities: dict[str, str]) -> bool:
+    """Whether CPU and memory ``quantities`` (Kubernetes quantities) fit :data:`SMALL_NODE`."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    return all(
+        parse_quantity(quantities[key]) <= parse_quantity(SMALL_NODE[key])
+        for key in SMALL_NODE
+        if key in quantities
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +70,10 @@ class Placement:
             ``tfjob`` (Training Operator v1), or ``auto`` (asks the cluster which it serves,
             TrainJob first). The compiled pipeline's default for its ``launcher`` parameter.
         priority_class: PriorityClass of a TFJob's nodes, e.g. tfrecord-suite-gpu-training
-            (k8s/cluster installs it); empty for the cluster's default. A TrainJob's nodes take
-            the runtime's (k8s/cluster sets it there); the train step's own pod cannot take
-            one (kfp-kubernetes has no setting for it).
+            (k8s/cluster installs it; it preempts nobody unless the administrator applied
+            k8s/priority); empty for the cluster's default. A TrainJob's nodes take the
+            runtime's (k8s/priority sets it there); the train step's own pod cannot take one
+            (kfp-kubernetes has no setting for it).
 
     """
 

@@ -50,6 +50,8 @@ from tfrecord_suite.schema import Schema, parse_spec
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+#: ``ReaderConfig.service_compression`` -> ``distribute``'s ``compression``.
+SERVICE_COMPRESSIONS = {"AUTO": "AUTO", "none": None}
 MAX_AUTO_CYCLE = 16
 
 
@@ -104,6 +106,12 @@ class ReaderConfig:
         parse_window: Records parsed by one ``parse_example`` call (and permuted together when
             shuffling) before they are cut into batches; at least ``batch_size``. 0 (default):
             about 2 MiB of records, at most 2048.
+        service_compression: How a tf.data service's workers compress the batches they send
+            the trainer (--input-service): none (default) or AUTO (TensorFlow's default,
+            Snappy). Measured on decoded photos (docs/bench/service-compression.md), Snappy
+            saves little of the bytes and costs the trainer, which decompresses, more CPU per
+            image: the CPU the service exists to spare. AUTO where the link, not the
+            trainer's CPU, is what runs out.
         retune: Let tf.data's runtime model keep re-tuning the AUTOTUNE knobs while the input
             runs (``tf.data.Options().autotune.enabled``). Off (default): AUTOTUNE knobs are
             resolved once, when the input starts (parallelism: the host's cores; prefetch:
@@ -132,6 +140,7 @@ class ReaderConfig:
     skip_bad_records: bool = False
     file_buffer_bytes: int = 1 << 20
     parse_window: int = 0
+    service_compression: str = "none"
     retune: bool = False
 
     def __post_init__(self) -> None:
@@ -155,6 +164,11 @@ class ReaderConfig:
                 raise UserError(f"{name} must be AUTOTUNE (-1) or >= 1, got {value}")
         if self.block_length < 0 or self.parse_window < 0:
             raise UserError("block_length and parse_window must be 0 (auto) or >= 1")
+        if self.service_compression not in SERVICE_COMPRESSIONS:
+            raise UserError(
+                f"service_compression {self.service_compression!r}: use "
+                f"{' or '.join(SERVICE_COMPRESSIONS)}"
+            )
 
 
 def estimate_record_bytes(files: Sequence[str], compression: str = "", sample: int = 64) -> float:
@@ -500,15 +514,28 @@ def make_dataset(
         raise UserError(
             "cache with an input service: the workers decode every pass; cache or serve, not both"
         )
-    ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
-    ds = _read_stage(ds, config, compression, layout)
-    ds = _parse_stage(ds, config, decoder, layout, fused)
-    if service:
-        from tfrecord_suite.train.service import distribute
+    files_ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
 
-        # Keras layers (lookup tables, random generators) hold state the service cannot ship:
-        # the transform and augmentation stay here, the reading and decoding go to the workers
-        ds = distribute(ds.with_options(dataset_options(config)), service)
+    def read_and_parse(seed: Any = None) -> Any:
+        """The read and parse stages over the files, seeded by ``seed`` (default: config's)."""
+        ds = _shuffle_files(files_ds, len(files), config, training, seed)
+        ds = _read_stage(ds, config, compression, layout, seed)
+        return _parse_stage(ds, config, decoder, layout, fused, seed)
+
+    if service:
+        from tfrecord_suite.train.service import distribute, worker_seeded
+
+        # each worker reads, shuffles and decodes its own files with seeds of its own; Keras
+        # layers (lookup tables, random generators) hold state the service cannot ship: the
+        # transform and augmentation stay here
+        ds = worker_seeded(read_and_parse, config.seed)
+        ds = distribute(
+            ds.with_options(dataset_options(config)),
+            service,
+            SERVICE_COMPRESSIONS[config.service_compression],
+        )
+    else:
+        ds = read_and_parse()
     ds = _finish_stage(ds, config, schema, training, transform, augment)
     return ds.with_options(dataset_options(config))
 
@@ -568,7 +595,7 @@ def _file_stage(
     layout: _Layout,
     served: bool = False,
 ) -> Any:
-    """File names in a seeded order each epoch; this pipeline's files under FILE sharding.
+    """File names; this pipeline's files under FILE sharding (shuffled by :func:`_shuffle_files`).
 
     ``served``: the tf.data service deals them out among its workers (``SHARD_HINT``).
     """
@@ -577,21 +604,29 @@ def _file_stage(
     ds = tf.data.Dataset.from_tensor_slices(files)
     sharded = input_context is not None and input_context.num_input_pipelines > 1
     by_file = sharded and layout.shard_records is None  # FILE policy: each reads its own files
+    if by_file:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if served:
         # each service worker keeps one share of the files, shuffled anew each of its passes:
         # workers run at their own pace, so a share re-dealt per pass would skip and repeat files
-        if by_file:
-            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         hint = tf.data.experimental.SHARD_HINT
         ds = ds.shard(hint, hint)
-    if training and config.shuffle_files:
-        ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
-    if by_file and not served:
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     return ds
 
 
-def _read_stage(ds: Any, config: ReaderConfig, compression: str, layout: _Layout) -> Any:
+def _shuffle_files(
+    ds: Any, files: int, config: ReaderConfig, training: bool, seed: Any = None
+) -> Any:
+    """The ``files`` in a seeded order, a new one each pass (training with ``shuffle_files``)."""
+    if not (training and config.shuffle_files):
+        return ds
+    seed = config.seed if seed is None else seed
+    return ds.shuffle(files, seed=seed, reshuffle_each_iteration=True)
+
+
+def _read_stage(
+    ds: Any, config: ReaderConfig, compression: str, layout: _Layout, seed: Any = None
+) -> Any:
     """Interleaved blocks of records, sharded by block under DATA policy, repeated, shuffled."""
     import tensorflow as tf
 
@@ -620,7 +655,8 @@ def _read_stage(ds: Any, config: ReaderConfig, compression: str, layout: _Layout
         # function is traced once and batch shapes stay static
         ds = ds.repeat()
     if layout.shuffle_records:
-        ds = ds.shuffle(-(-layout.shuffle_records // block), seed=config.seed)
+        seed = config.seed if seed is None else seed
+        ds = ds.shuffle(-(-layout.shuffle_records // block), seed=seed)
     return ds
 
 
@@ -631,7 +667,7 @@ def _parallel(config: ReaderConfig) -> dict[str, Any]:
     }
 
 
-def _with_crop_seeds(ds: Any, config: ReaderConfig, layout: _Layout) -> Any:
+def _with_crop_seeds(ds: Any, config: ReaderConfig, layout: _Layout, seed: Any = None) -> Any:
     """``(batch, seed)`` pairs: each batch's fused crops are placed by its own stateless seed.
 
     A stream of its own (``seed + 1``: the window permutation draws from the reader's seed), with
@@ -639,20 +675,29 @@ def _with_crop_seeds(ds: Any, config: ReaderConfig, layout: _Layout) -> Any:
     """
     import tensorflow as tf
 
-    seeds = tf.data.Dataset.random(seed=config.seed + 1, rerandomize_each_iteration=True)
+    seed = config.seed if seed is None else seed
+    seeds = tf.data.Dataset.random(seed=seed + 1, rerandomize_each_iteration=True)
     fold = tf.constant([0, layout.pipeline], tf.int64)
     return tf.data.Dataset.zip(ds, seeds.batch(2).map(lambda s: s + fold))
 
 
 def _parse_stage(
-    ds: Any, config: ReaderConfig, decoder: FeatureDecoder, layout: _Layout, fused: bool = False
+    ds: Any,
+    config: ReaderConfig,
+    decoder: FeatureDecoder,
+    layout: _Layout,
+    fused: bool = False,
+    seed: Any = None,
 ) -> Any:
     """Batches of parsed features: windows parsed at once and cut into batches, or per batch.
 
     ``fused``: images are decoded as random crop windows, each batch by a seed of its own.
+    ``seed``: the reader's (a tensor on a tf.data service worker: its own), default
+    ``config.seed``.
     """
     import tensorflow as tf
 
+    seed = config.seed if seed is None else seed
     parallel = _parallel(config)
 
     def group(ds: Any, size: int, drop_remainder: bool = False) -> Any:
@@ -663,13 +708,13 @@ def _parse_stage(
     if layout.window == config.batch_size:
         ds = group(ds, config.batch_size, config.drop_remainder)
         if fused:
-            return _with_crop_seeds(ds, config, layout).map(decoder, **parallel)
+            return _with_crop_seeds(ds, config, layout, seed).map(decoder, **parallel)
         return ds.map(decoder, **parallel)
     ds = group(ds, layout.window)
     if layout.shuffle_records and layout.block > 1:
         # blocks left the shuffle buffer in random order; permuting each window spreads every
         # block's consecutive records over the window's batches
-        seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True)
+        seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         ds = tf.data.Dataset.zip(ds, seeds.batch(2))
 
     def parse_window(records: Any, seed: Any = None) -> Any:
@@ -684,7 +729,7 @@ def _parse_stage(
     ds = ds.map(parse_window, **parallel)
     ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
     if decoder.is_image:
-        ds = _with_crop_seeds(ds, config, layout) if fused else ds
+        ds = _with_crop_seeds(ds, config, layout, seed) if fused else ds
         ds = ds.map(decoder.finish, **parallel)
     return ds
 
