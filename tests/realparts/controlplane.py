@@ -425,9 +425,26 @@ def _override(argv: list[str], extra: list[str]) -> list[str]:
     return [a for a in argv if a.split("=", 1)[0] not in names] + list(extra)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the process that started it dies, so a test run
+    killed outright (no fixture teardown) leaves no server behind (Linux prctl). Not SIGTERM:
+    the API server's graceful shutdown waits on etcd, which is going too."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def _spawn(workdir: Path, name: str, argv: list[str]) -> subprocess.Popen:
     log = open(workdir / f"{name}.log", "wb")
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
 
 
 def _wait_ready(plane: ControlPlane, path: str, timeout: float, who: str) -> None:
