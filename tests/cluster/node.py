@@ -618,6 +618,8 @@ def up(state: Path | None = None, trainer: bool = True, suite_images: tuple[str,
             # a real node: the node lifecycle controller runs as in any cluster
             "kube-controller-manager": ["--controllers=*"],
         },
+        # the cluster outlives `make cluster-up`
+        die_with_parent=False,
     )
     cluster = Cluster(
         state,

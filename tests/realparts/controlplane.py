@@ -436,14 +436,14 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def _spawn(workdir: Path, name: str, argv: list[str]) -> subprocess.Popen:
+def _spawn(workdir: Path, name: str, argv: list[str], die_with_parent: bool = True):
     log = open(workdir / f"{name}.log", "wb")
     return subprocess.Popen(
         argv,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=_die_with_parent if die_with_parent else None,
     )
 
 
@@ -478,13 +478,15 @@ def start(
     address: str = "127.0.0.1",
     ca: _CA | None = None,
     extra_args: dict[str, list[str]] | None = None,
+    die_with_parent: bool = True,
 ):
     """Start etcd, the API server, the controller manager and the scheduler; wait for them.
 
     ``address`` is where the API server listens and what it advertises (a one-node cluster's
     pods reach it at its bridge's address: tests/cluster/); ``ca`` the authority to sign with
     (a new one by default); ``extra_args`` more flags per process name, each replacing the flag
-    of the same name.
+    of the same name. With ``die_with_parent`` (tests) the processes are killed when this one
+    dies; ``make cluster-up`` leaves them running after it exits.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     bin_dir = kubernetes_dir / "bin"
@@ -492,7 +494,7 @@ def start(
     ca = ca or _CA()
 
     def spawn(name: str, argv: list[str]) -> subprocess.Popen:
-        return _spawn(workdir, name, _override(argv, extra.get(name, [])))
+        return _spawn(workdir, name, _override(argv, extra.get(name, [])), die_with_parent)
 
     ca_file = workdir / "ca.crt"
     ca_file.write_bytes(_pem_cert(ca.cert))
