@@ -20,7 +20,7 @@
 # --flink_job_server_jar / --spark_job_server_jar. versions.env says why not Beam's own
 # *-job-server jars.
 #
-# Usage: build.sh [kubernetes|etcd|crds|prism|flink|spark|runners|all]
+# Usage: build.sh [kubernetes|etcd|crds|crds-old|prism|flink|spark|runners|all]
 #   (prints the folder of each part it built or found)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -111,6 +111,19 @@ crds() {
   echo "$out"
 }
 
+# crds-old: the TrainJob CRDs of an older Trainer (TRAINER_OLD_VERSION), in the same layout
+crds_old() {
+  local out="$cache/crds-trainer-$TRAINER_OLD_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local trainer
+    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_OLD_VERSION" | module_dir)
+    rm -rf "$out" && mkdir -p "$out/trainer"
+    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
 module_dir() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
 
 prism() {
@@ -196,10 +209,11 @@ case "${1:-all}" in
   kubernetes) kubernetes ;;
   etcd) etcd ;;
   crds) crds ;;
+  crds-old) crds_old ;;
   prism) prism ;;
   flink) flink ;;
   spark) spark ;;
   runners) prism && flink && spark ;;
-  all) etcd && kubernetes && crds && prism && flink && spark ;;
-  *) echo "usage: $0 [kubernetes|etcd|crds|prism|flink|spark|runners|all]" >&2; exit 2 ;;
+  all) etcd && kubernetes && crds && crds_old && prism && flink && spark ;;
+  *) echo "usage: $0 [kubernetes|etcd|crds|crds-old|prism|flink|spark|runners|all]" >&2; exit 2 ;;
 esac
