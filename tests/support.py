@@ -183,3 +183,32 @@ def api_calls(plane: Any, user: str, resource: str = "") -> list[tuple[str, int,
         if not resource or name == resource:
             calls.append((event["verb"], event["responseStatus"]["code"], event["requestURI"]))
     return calls
+
+
+def launch_as(monkeypatch: Any, tmp_path: Path, runner: Any) -> None:
+    """Make code that launches from a pod (the train step) do it here as ``runner``
+    (:func:`launcher_account`): its kubeconfig, and its namespace as the pod's own."""
+    from tfrecord_suite.launch import job
+
+    path = tmp_path / "namespace"
+    path.write_text(runner.namespace)
+    monkeypatch.setattr(job, "NAMESPACE_FILE", str(path))
+    monkeypatch.setenv("KUBECONFIG", str(runner.kubeconfig))
+
+
+def kept(sent: Any, stored: Any, path: str = "") -> list[str]:
+    """Where ``stored`` (an object as an API server returned it, defaults added) lost or changed
+    what was ``sent``: each path whose value differs; empty when all of it was kept."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [path or "."]
+        return [p for k, v in sent.items() for p in kept(v, stored.get(k), f"{path}.{k}")]
+    if isinstance(sent, list):
+        if not isinstance(stored, list) or len(stored) != len(sent):
+            return [path or "."]
+        return [
+            p
+            for i, (a, b) in enumerate(zip(sent, stored, strict=True))
+            for p in kept(a, b, f"{path}[{i}]")
+        ]
+    return [] if sent == stored else [path or "."]
