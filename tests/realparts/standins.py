@@ -90,7 +90,8 @@ class Kubelet:
     the real volume binder then binds, as a cluster's default StorageClass would do.
 
     With ``ready=False`` the containers start but never pass their readiness check (pods
-    Running, not Ready). Pods labelled ``tfrecord-suite/stand-in`` are another stand-in's
+    Running, not Ready); with ``provision=False`` no claim is ever bound (a cluster without a
+    default StorageClass). Pods labelled ``tfrecord-suite/stand-in`` are another stand-in's
     (realparts/local_operator.py runs them) and left alone.
     """
 
@@ -100,6 +101,7 @@ class Kubelet:
         namespace: str | None = None,
         interval: float = 0.3,
         ready: bool = True,
+        provision: bool = True,
     ):
         from kubernetes import client
 
@@ -107,6 +109,7 @@ class Kubelet:
         self.namespace = namespace
         self.interval = interval
         self.ready = ready
+        self.provision = provision
         self.started: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -172,8 +175,9 @@ class Kubelet:
         from kubernetes.client.exceptions import ApiException
 
         while not self._stop.wait(self.interval):
-            with contextlib.suppress(ApiException, OSError):
-                self._provision()
+            if self.provision:
+                with contextlib.suppress(ApiException, OSError):
+                    self._provision()
             try:
                 pods = self._pods()
             except (ApiException, OSError):
