@@ -297,11 +297,10 @@ def test_the_real_crd_refuses_a_broken_trainjob(k8s, k8s_namespace, case):
 
 
 class OlderCluster:
-    """A second real control plane, serving the job APIs a test asks for: the Training
-    Operator v1.8.1's TFJob, and Trainer v2.1.0's TrainJob (Kubeflow 1.11's: no
-    runtimePatches). ``runner``: the launcher's account in its namespace ``ml``."""
-
-    CRDS = {"tfjobs": "kubeflow.org", "trainjobs": "trainer.kubeflow.org"}
+    """A second real control plane, serving the job APIs a test asks for (none at first): the
+    Training Operator v1.8.1's TFJob, and Trainer v2.1.0's TrainJob (Kubeflow 1.11's: no
+    runtimePatches). ``runner``: the launcher's account in its namespace ``ml``. The tests
+    using it go from serving nothing to serving both, in file order (any order works)."""
 
     def __init__(self, plane, kubeconfig):
         from realparts import controlplane
@@ -349,6 +348,18 @@ def older_cluster(k8s, tmp_path_factory):
 
 
 @pytest.mark.k8s
+def test_train_task_without_a_job_api_fails_without_retrying(older_cluster, tmp_path, monkeypatch):
+    from tfrecord_suite.errors import RetryWillNotHelp
+
+    old = older_cluster
+    old.serve()
+    launch_as(monkeypatch, tmp_path, old.runner)
+    with pytest.raises(RetryWillNotHelp, match="no multi-node training API on this cluster"):
+        train_step(f"{tmp_path}/reg/digits@1.0.0", tmp_path, workers=2)
+    assert [c for c in api_calls(old.plane, old.runner.user) if c[0] == "create"] == []
+
+
+@pytest.mark.k8s
 def test_discovery_picks_what_the_cluster_serves(k8s, older_cluster, k8s_runner):
     """As the launcher's account, which needs no grant for it; nothing is created."""
     old, api = older_cluster, older_cluster.runner.api
@@ -373,18 +384,6 @@ def test_discovery_picks_what_the_cluster_serves(k8s, older_cluster, k8s_runner)
     calls = api_calls(old.plane, old.runner.user)[before:] + api_calls(k8s, k8s_runner.user)
     assert calls and all(verb == "get" and re.fullmatch(r"/apis/[^/]+/[^/]+", uri)
                          for verb, _, uri in calls), calls  # fmt: skip
-
-
-@pytest.mark.k8s
-def test_train_task_without_a_job_api_fails_without_retrying(older_cluster, tmp_path, monkeypatch):
-    from tfrecord_suite.errors import RetryWillNotHelp
-
-    old = older_cluster
-    old.serve()
-    launch_as(monkeypatch, tmp_path, old.runner)
-    with pytest.raises(RetryWillNotHelp, match="no multi-node training API on this cluster"):
-        train_step(f"{tmp_path}/reg/digits@1.0.0", tmp_path, workers=2)
-    assert [c for c in api_calls(old.plane, old.runner.user) if c[0] == "create"] == []
 
 
 @pytest.mark.k8s
