@@ -7,6 +7,7 @@ TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
 .PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve docs-vendor clean tcmalloc
 .PHONY: real-parts real-parts-runners
+.PHONY: cluster-deps cluster-parts cluster-up cluster-down test-cluster
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -100,6 +101,33 @@ RELEASE_DIR ?= release
 release-files: $(STAMP)
 	$(BIN)/tfrecord-suite release-files --output $(RELEASE_DIR) \
 	  --image-registry $(IMAGE_REGISTRY) --image-tag $(IMAGE_TAG)
+
+# A one-node Kubernetes cluster on this machine (tests/cluster/node.py; root and Debian): the
+# control plane, containerd and the kubelet, pod and service networks on a bridge of its own,
+# CoreDNS, JobSet and the Kubeflow Trainer, all built from the sources pinned in
+# tests/realparts/versions.env into ~/.cache/tfrecord-suite/realparts. `make cluster-down` stops
+# it and removes everything it made; `make test-cluster` runs the `cluster` tests (bringing a
+# cluster up for the session where none runs). docs/how-to/one-node-cluster.md says what they
+# prove and how long they take.
+CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
+CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev
+cluster-deps:
+	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then echo "installing $$missing from Debian"; \
+	    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q $$missing >/dev/null; fi
+
+cluster-parts: cluster-deps
+	bash tests/realparts/build.sh node >/dev/null
+
+cluster-up: $(STAMP) cluster-parts
+	$(CLUSTER_PYTHON) -m cluster up $(CLUSTER_ARGS)
+
+cluster-down: $(STAMP)
+	$(CLUSTER_PYTHON) -m cluster down
+
+test-cluster: $(STAMP) cluster-parts
+	TFRS_CLUSTER=1 $(CLUSTER_PYTHON) -m pytest -m cluster $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) local_outputs demo-bucket bench-results site

@@ -223,3 +223,43 @@ def k8s_nodes(k8s):
         with contextlib.suppress(Exception):  # registered by another module's fixture
             k8s.add_node(name, cpu="4", memory="16Gi", allocatable=SMALL_NODE)
     return names
+
+
+# ----------------------------------------------------------------- a one-node cluster (tests/cluster)
+
+
+@pytest.fixture(scope="session")
+def one_node_cluster():
+    """A one-node Kubernetes cluster on this machine (tests/cluster/node.py): the one `make
+    cluster-up` left running, or, with TFRS_CLUSTER=1 (`make test-cluster`), one brought up here
+    and taken down at the end of the session. Otherwise the tests skip (bringing a cluster up
+    takes the machine's root, its bridge and minutes: it is asked for, not assumed); with
+    TFRS_CLUSTER=1 a cluster that cannot come up fails them."""
+    from cluster import node
+
+    running = node.Cluster.load()
+    if running is not None and all(running.alive().values()):
+        yield running
+        return
+    if os.environ.get("TFRS_CLUSTER") != "1":
+        pytest.skip("no one-node cluster running: `make cluster-up`, or `make test-cluster`")
+    node.preflight()
+    try:
+        cluster = node.up(trainer=False)
+        yield cluster
+    finally:
+        node.down()
+
+
+@pytest.fixture
+def cluster_namespace(one_node_cluster) -> Iterator[str]:
+    """A fresh namespace on the one-node cluster, deleted (with its pods) after the test."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(one_node_cluster.api_client())
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)

@@ -10,6 +10,11 @@
 # the same release (k8s.io/api v0.36.3 for kubernetes v1.36.3). etcd's server module does the
 # same with its sibling modules.
 #
+# The node parts `make cluster-up` runs (tests/cluster/) are built the same way: kubelet and
+# kube-proxy from k8s.io/kubernetes (and its pause, with gcc); containerd with its runc shim;
+# runc (cgo and libseccomp, as its releases are built: the seccomp filters pods get); the CNI
+# plugins; CoreDNS; JobSet and the Kubeflow Trainer controller manager.
+#
 # Beam's Prism runner is built the same way from the Beam Go module at the Python SDK's version
 # (github.com/apache/beam/sdks/v2, command go/cmd/prism).
 #
@@ -20,8 +25,11 @@
 # --flink_job_server_jar / --spark_job_server_jar. versions.env says why not Beam's own
 # *-job-server jars.
 #
-# Usage: build.sh [kubernetes|etcd|crds|crds-old|prism|flink|spark|runners|all]
-#   (prints the folder of each part it built or found)
+# Usage: build.sh [PART|all|runners|node]...   (prints the folder of each part it built or found)
+#   PART: etcd kubernetes crds crds-old prism flink spark kubernetes-node pause containerd runc
+#         cni-plugins coredns jobset trainer
+#   all: etcd, kubernetes, crds, crds-old and the runners (what `make test` needs); runners:
+#   prism, flink, spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list above)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -34,6 +42,7 @@ log() { echo "realparts: $*" >&2; }
 
 # go_build NAME MODULE VERSION REPLACES PACKAGES...: builds PACKAGES into $cache/NAME-VERSION/bin
 # from a throwaway module that requires MODULE@VERSION with the given replace lines.
+# GO_BUILD_CGO (0), GO_BUILD_TAGS and GO_BUILD_LDFLAGS (e.g. -X version stamps) change the build.
 go_build() {
   local name=$1 module=$2 version=$3 replaces=$4
   shift 4
@@ -53,7 +62,10 @@ go_build() {
     for p in "$@"; do go get -tool "$p@$version" >/dev/null 2>&1 || go get -tool "$p@$version"; done
     go mod tidy >/dev/null
     mkdir -p bin
-    go build -trimpath -ldflags="-s -w" -o bin/ "$@"
+    local start=$SECONDS
+    CGO_ENABLED=${GO_BUILD_CGO:-0} go build -trimpath -tags "${GO_BUILD_TAGS:-}" \
+      -ldflags="-s -w ${GO_BUILD_LDFLAGS:-}" -o bin/ "$@"
+    log "built $name $version in $((SECONDS - start)) s"
   )
   rm -rf "$out"
   mkdir -p "$out"
@@ -64,8 +76,9 @@ go_build() {
   echo "$out"
 }
 
-kubernetes() {
-  # the staging modules k8s.io/kubernetes replaces, at the matching v0.x release
+# kubernetes_replaces: the replace block for k8s.io/kubernetes@$KUBERNETES_VERSION: the staging
+# modules it replaces, at the matching v0.x release
+kubernetes_replaces() {
   local staging_version="v0.${KUBERNETES_VERSION#v1.}" replaces=""
   local staging
   staging=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
@@ -74,9 +87,78 @@ kubernetes() {
   replaces="replace ("$'\n'
   for m in $staging; do replaces+="	$m => $m $staging_version"$'\n'; done
   replaces+=")"
-  go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$replaces" \
+  echo "$replaces"
+}
+
+kubernetes() {
+  go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+}
+
+# the node's parts from the same release; stamped with it (unstamped they report v0.0.0-master,
+# which the node's status and `kubectl version` would show)
+kubernetes_node() {
+  local v=${KUBERNETES_VERSION#v} x=k8s.io/component-base/version
+  GO_BUILD_LDFLAGS="-X $x.gitVersion=$KUBERNETES_VERSION -X $x.gitMajor=${v%%.*} \
+-X $x.gitMinor=$(echo "$v" | cut -d. -f2) -X $x.gitTreeState=clean" \
+    go_build kubernetes-node k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+}
+
+# pause: the pod sandbox's process (build/pause/linux/pause.c of the same k8s.io/kubernetes
+# release, compiled static as its Makefile does); the image tag is that Makefile's TAG
+pause() {
+  local out="$cache/pause-$KUBERNETES_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local src tag
+    src=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | module_dir)/build/pause
+    tag=$(sed -n 's/^TAG ?= *//p' "$src/Makefile")
+    rm -rf "$out" && mkdir -p "$out/bin"
+    gcc -Os -Wall -Werror -static -DVERSION="v$tag-tfrs" -o "$out/bin/pause" "$src/linux/pause.c"
+    echo "$tag" >"$out/TAG"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
+containerd() {
+  GO_BUILD_LDFLAGS="-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+    go_build containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" "" \
+    github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/v2/cmd/ctr
+}
+
+# runc filters pods' system calls with libseccomp (cgo; Debian's libseccomp-dev)
+runc() {
+  if ! pkg-config --exists libseccomp 2>/dev/null && [ ! -e /usr/include/seccomp.h ]; then
+    echo "runc needs libseccomp's headers: apt-get install libseccomp-dev" >&2
+    return 1
+  fi
+  GO_BUILD_CGO=1 GO_BUILD_TAGS="seccomp urfave_cli_no_docs" \
+    GO_BUILD_LDFLAGS="-X main.version=${RUNC_VERSION#v}" \
+    go_build runc github.com/opencontainers/runc "$RUNC_VERSION" "" github.com/opencontainers/runc
+}
+
+cni_plugins() {
+  local p=github.com/containernetworking/plugins/plugins
+  go_build cni-plugins github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION" "" \
+    $p/main/bridge $p/main/loopback $p/ipam/host-local $p/meta/portmap
+}
+
+coredns() {
+  go_build coredns github.com/coredns/coredns "$COREDNS_VERSION" "" github.com/coredns/coredns
+}
+
+# JobSet runs the Trainer's TrainJobs; the version the Trainer's go.mod requires
+jobset() {
+  go_build jobset sigs.k8s.io/jobset "$JOBSET_VERSION" "" sigs.k8s.io/jobset
+}
+
+trainer() {
+  go_build trainer github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" "" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 }
 
 etcd() {
@@ -205,15 +287,29 @@ spark() {
     "$s:spark-sql_2.12:$SPARK_VERSION" "org.slf4j:slf4j-api:$SPARK_SLF4J_VERSION"
 }
 
-case "${1:-all}" in
-  kubernetes) kubernetes ;;
-  etcd) etcd ;;
-  crds) crds ;;
-  crds-old) crds_old ;;
-  prism) prism ;;
-  flink) flink ;;
-  spark) spark ;;
-  runners) prism && flink && spark ;;
-  all) etcd && kubernetes && crds && crds_old && prism && flink && spark ;;
-  *) echo "usage: $0 [kubernetes|etcd|crds|crds-old|prism|flink|spark|runners|all]" >&2; exit 2 ;;
-esac
+for part in "${@:-all}"; do
+  case "$part" in
+    kubernetes) kubernetes ;;
+    etcd) etcd ;;
+    crds) crds ;;
+    crds-old) crds_old ;;
+    prism) prism ;;
+    flink) flink ;;
+    spark) spark ;;
+    runners) prism && flink && spark ;;
+    all) etcd && kubernetes && crds && crds_old && prism && flink && spark ;;
+    kubernetes-node) kubernetes_node ;;
+    pause) pause ;;
+    containerd) containerd ;;
+    runc) runc ;;
+    cni-plugins) cni_plugins ;;
+    coredns) coredns ;;
+    jobset) jobset ;;
+    trainer) trainer ;;
+    node)
+      etcd && kubernetes && crds && kubernetes_node && pause && containerd && runc &&
+        cni_plugins && coredns && jobset && trainer
+      ;;
+    *) echo "usage: $0 [PART|all|runners|node]... (see the top of this file)" >&2; exit 2 ;;
+  esac
+done

@@ -430,6 +430,13 @@ def _client_kubeconfig(
     return path
 
 
+def _override(argv: list[str], extra: list[str]) -> list[str]:
+    """``argv`` with ``extra`` flags added; each replaces a flag of the same name in ``argv``
+    (list flags such as ``--controllers`` would otherwise take both values)."""
+    names = {flag.split("=", 1)[0] for flag in extra}
+    return [a for a in argv if a.split("=", 1)[0] not in names] + list(extra)
+
+
 def _spawn(workdir: Path, name: str, argv: list[str]) -> subprocess.Popen:
     log = open(workdir / f"{name}.log", "wb")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -458,18 +465,37 @@ def _wait_ready(plane: ControlPlane, path: str, timeout: float, who: str) -> Non
     raise RuntimeError(f"{who} not ready after {timeout:.0f} s ({last}):\n{plane.log(who)}")
 
 
-def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 180.0):
-    """Start etcd, the API server, the controller manager and the scheduler; wait for them."""
+def start(
+    workdir: Path,
+    kubernetes_dir: Path,
+    etcd_dir: Path,
+    timeout: float = 180.0,
+    address: str = "127.0.0.1",
+    ca: _CA | None = None,
+    extra_args: dict[str, list[str]] | None = None,
+):
+    """Start etcd, the API server, the controller manager and the scheduler; wait for them.
+
+    ``address`` is where the API server listens and what it advertises (a one-node cluster's
+    pods reach it at its bridge's address: tests/cluster/); ``ca`` the authority to sign with
+    (a new one by default); ``extra_args`` more flags per process name, each replacing the flag
+    of the same name.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     bin_dir = kubernetes_dir / "bin"
-    ca = _CA()
+    extra = extra_args or {}
+    ca = ca or _CA()
+
+    def spawn(name: str, argv: list[str]) -> subprocess.Popen:
+        return _spawn(workdir, name, _override(argv, extra.get(name, [])))
+
     ca_file = workdir / "ca.crt"
     ca_file.write_bytes(_pem_cert(ca.cert))
     (workdir / "ca.key").write_bytes(_pem_key(ca.key))
     serving_cert, serving_key = ca.issue(
         "kube-apiserver",
         hosts=(
-            "127.0.0.1",
+            *dict.fromkeys(("127.0.0.1", address)),
             "localhost",
             "10.96.0.1",
             "kubernetes",
@@ -504,7 +530,7 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
         )
     )
     etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
-    url = f"https://127.0.0.1:{api_port}"
+    url = f"https://{address}:{api_port}"
     admin = _client_kubeconfig(
         url, workdir, ca, ca_file, "admin", "tfrs-admin", ("system:masters",)
     )
@@ -529,14 +555,13 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
             "--log-level=warn",
         ],
     )
-    plane.processes["kube-apiserver"] = _spawn(
-        workdir,
+    plane.processes["kube-apiserver"] = spawn(
         "kube-apiserver",
         [
             str(bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--secure-port={api_port}",
             f"--tls-cert-file={workdir / 'apiserver.crt'}",
             f"--tls-private-key-file={workdir / 'apiserver.key'}",
@@ -566,8 +591,7 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
     manager = _client_kubeconfig(
         url, workdir, ca, ca_file, "controller-manager", "system:kube-controller-manager", ()
     )
-    plane.processes["kube-controller-manager"] = _spawn(
-        workdir,
+    plane.processes["kube-controller-manager"] = spawn(
         "kube-controller-manager",
         [
             str(bin_dir / "kube-controller-manager"),
@@ -596,8 +620,7 @@ def start(workdir: Path, kubernetes_dir: Path, etcd_dir: Path, timeout: float = 
     scheduler = _client_kubeconfig(
         url, workdir, ca, ca_file, "scheduler", "system:kube-scheduler", ()
     )
-    plane.processes["kube-scheduler"] = _spawn(
-        workdir,
+    plane.processes["kube-scheduler"] = spawn(
         "kube-scheduler",
         [
             str(bin_dir / "kube-scheduler"),

@@ -28,8 +28,8 @@ these objects (the merge rules are restated, not run), the images, DNS between p
 JobSet's ``failurePolicy``, a TFJob's ``restartPolicy``: here the first node to fail fails the
 job), or anything a real kubelet does. The nodes share 127.0.0.1, so each TrainJob node also gets
 ``TFRS_PEER_ADDRESSES`` (distinct ports) where a cluster gives each pod its own DNS name on one
-port. The real Trainer, JobSet and kubelet are for a one-node cluster with a kubelet (issue 36,
-``make test-cluster``), not these tests.
+port. The real Trainer, JobSet and kubelet run in the one-node cluster's tests (tests/cluster,
+``make test-cluster``), not these.
 """
 
 from __future__ import annotations

@@ -464,6 +464,7 @@ class JobLauncher:
         deadline = self._clock() + config.timeout_seconds
         last = None
         told: dict[str, str] = {}
+        pending: dict[str, str] = {}
         while True:
             job = self._get(config.namespace, config.name)
             state, message = self.kind.state(job)
@@ -472,6 +473,10 @@ class JobLauncher:
                 _LOG.info("%s %s: %s", self.kind.kind, config.name, summary)
                 last = summary
             if state in ("Succeeded", "Failed"):
+                # a TrainJob fails at its own deadline (the same as ours) before the launcher's
+                # ends: with nodes never placed, its "exceeded its active deadline" needs the why
+                if state == "Failed" and pending:
+                    message += "".join(f"; {pod} is Pending: {why}" for pod, why in pending.items())
                 return state, message
             pending = unschedulable(
                 self.core, config.namespace, self.kind.pod_selector(config.name)

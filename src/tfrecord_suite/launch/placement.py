@@ -56,6 +56,11 @@ class Placement:
         shm_size: Size of the in-memory ``/dev/shm`` volume of the trainer.
         cpu_limit: CPU limit of the trainer (Kubernetes quantity), empty for none.
         memory_limit: Memory limit of the trainer, empty for none.
+        cpu_request: CPU the trainer requests (each node of a job, or the step's pod), e.g.
+            1500m for nodes smaller than the default asks; empty: the default for the
+            accelerator (3 for a CPU trainer).
+        memory_request: Memory the trainer requests, e.g. 6Gi; empty: the default (10Gi for a
+            CPU trainer).
         launch_job: Always train in a separate distributed job (a TrainJob or TFJob, as
             ``launcher`` picks), even with one worker: the train step's own pod stays a small
             launcher and the accelerators go to the job's nodes. Without it, one worker trains
@@ -78,6 +83,8 @@ class Placement:
     shm_size: str = "8Gi"
     cpu_limit: str = ""
     memory_limit: str = ""
+    cpu_request: str = ""
+    memory_request: str = ""
     launch_job: bool = dataclasses.field(default=False, metadata={"cli_aliases": ("--tfjob",)})
     launcher: str = "auto"
     priority_class: str = ""
@@ -151,7 +158,8 @@ class Placement:
         Requests are what the scheduler guarantees, not a cap: with no CPU limit the input
         pipeline still uses every idle core of its node. Per GPU they stay below what common
         single-GPU machines can give a pod (:data:`PER_GPU_REQUEST`), so a one-GPU trainer is
-        never left Pending for want of CPU or memory.
+        never left Pending for want of CPU or memory. ``cpu_request`` and ``memory_request``
+        replace them (a job's nodes can ask for no more than its nodes have).
         """
         if self.is_tpu:
             cpu, memory = TPU_HOST_REQUEST
@@ -160,7 +168,7 @@ class Placement:
             cpu, memory = (str(PER_GPU_REQUEST[0] * gpus), f"{PER_GPU_REQUEST[1] * gpus}Gi")
         else:
             cpu, memory = CPU_TRAINER_REQUEST
-        return {"cpu": cpu, "memory": memory}
+        return {"cpu": self.cpu_request or cpu, "memory": self.memory_request or memory}
 
     def resources(self) -> dict[str, dict[str, str]]:
         """A trainer container's ``resources``: :meth:`requests` and :meth:`limits`."""
