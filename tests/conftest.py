@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from support import emulator_env, free_port, stop_process
+from support import emulator_env, free_port, launcher_account, stop_process
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -201,6 +201,28 @@ def k8s_namespace(k8s, request) -> Iterator[str]:
         yield name
     finally:
         core.delete_namespace(name)
+
+
+@pytest.fixture
+def k8s_runner(k8s, k8s_namespace, tmp_path):
+    """A run's account in a fresh namespace on the real API server, holding only the launcher's
+    Role (support.launcher_account)."""
+    return launcher_account(k8s, k8s_namespace, tmp_path / "kubeconfig")
+
+
+@pytest.fixture(scope="session")
+def k8s_nodes(k8s):
+    """Three Ready nodes of 4 vCPU / 16 GB (no kubelet behind them) for the real scheduler to
+    place pods on; standins.Kubelet plays their kubelet where a test needs pods to run."""
+    import contextlib
+
+    from tfrecord_suite.launch.placement import SMALL_NODE
+
+    names = ["node-4x16-a", "node-4x16-b", "node-4x16-c"]
+    for name in names:
+        with contextlib.suppress(Exception):  # registered by another module's fixture
+            k8s.add_node(name, cpu="4", memory="16Gi", allocatable=SMALL_NODE)
+    return names
 
 
 # ----------------------------------------------------------------- a one-node cluster (tests/cluster)

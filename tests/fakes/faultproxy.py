@@ -1,6 +1,8 @@
-"""A fault-injecting HTTP proxy on 127.0.0.1 for the GCS emulators.
+"""A fault-injecting HTTP proxy on 127.0.0.1 for the GCS emulators and the real Kubernetes API
+server (tests/realparts), which no healthy server answers with a 429 or a 5xx.
 
-Forwards every request to the emulator, except on a fixed schedule, where it answers 503 or 429,
+Forwards every request to the server (over TLS where its URL is https), except the ``first``
+ones it is given and then on a fixed schedule, where it answers 503 or 429 (or another status),
 or drops the connection without answering. Bounded: it serves only while its context is open and
 only the loopback address.
 """
@@ -26,11 +28,24 @@ HOP_HEADERS = {
 
 
 class FaultProxy:
-    """``with FaultProxy(upstream_url, every=4) as proxy: ... proxy.url ... proxy.faults``."""
+    """``with FaultProxy(upstream_url, every=4) as proxy: ... proxy.url ... proxy.faults``.
 
-    def __init__(self, upstream: str, every: int = 4):
+    ``first``: the faults (``"503"``, ``"drop"``, ...) answered to the first requests, before
+    the schedule; ``every=0``: no schedule. ``ca_file``: the CA an https upstream is checked
+    against.
+    """
+
+    def __init__(
+        self, upstream: str, every: int = 4, first: tuple[str, ...] = (), ca_file: str = ""
+    ):
         self.upstream = urllib.parse.urlsplit(upstream)
         self.every = every
+        self._first = list(first)
+        self._ssl = None
+        if self.upstream.scheme == "https":
+            import ssl
+
+            self._ssl = ssl.create_default_context(cafile=ca_file or None)
         self.faults: Counter[str] = Counter()
         self.requests = 0
         self._lock = threading.Lock()
@@ -59,9 +74,15 @@ class FaultProxy:
                     self.end_headers()
                     self.wfile.write(payload)
                     return
-                conn = http.client.HTTPConnection(
-                    proxy.upstream.hostname, proxy.upstream.port, timeout=30
-                )
+                if proxy._ssl is not None:
+                    conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                        proxy.upstream.hostname, proxy.upstream.port, timeout=30,
+                        context=proxy._ssl,
+                    )  # fmt: skip
+                else:
+                    conn = http.client.HTTPConnection(
+                        proxy.upstream.hostname, proxy.upstream.port, timeout=30
+                    )
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
@@ -89,9 +110,12 @@ class FaultProxy:
     def _next_fault(self) -> str | None:
         with self._lock:
             self.requests += 1
-            if self.requests % self.every:
+            if self._first:
+                fault = self._first.pop(0)
+            elif not self.every or self.requests % self.every:
                 return None
-            fault = next(self._schedule)
+            else:
+                fault = next(self._schedule)
             self.faults[fault] += 1
             return fault
 

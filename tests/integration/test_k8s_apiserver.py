@@ -83,6 +83,10 @@ def kubeflow(k8s):
     runner_role["metadata"]["namespace"] = "kubeflow"
     cluster_roles = _docs(UPSTREAM / "kubeflow-manifests-v1.10.2" / "kubeflow-roles.yaml")
     cluster_roles += _docs(UPSTREAM / "2.17.0" / "view-edit-cluster-roles.yaml")
+    # an aggregated role's rules are the aggregation controller's once it filled them: applied
+    # again (another module's fixture), they would conflict
+    cluster_roles = [{k: v for k, v in d.items() if k != "rules" or not d.get("aggregationRule")}
+                     for d in cluster_roles]  # fmt: skip
     accounts = [
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": name, "namespace": ns}}

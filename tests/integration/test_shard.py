@@ -441,7 +441,7 @@ def test_every_kind_of_bad_record_in_the_middle_of_a_large_file(tmp_path, monkey
 
 def test_the_shard_step_resizes_images_when_the_pipeline_asks(tmp_path, digits_dir):
     """The kfp shard step's image options reach the shard step (the pipelines' image_size)."""
-    from fakes.fakek8s import Artifact
+    from fakes.artifacts import Artifact
     from tfrecord_suite.errors import RetryWillNotHelp
     from tfrecord_suite.kfp import tasks
 

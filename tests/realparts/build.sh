@@ -26,10 +26,10 @@
 # *-job-server jars.
 #
 # Usage: build.sh [PART|all|runners|node]...   (prints the folder of each part it built or found)
-#   PART: etcd kubernetes crds prism flink spark kubernetes-node pause containerd runc
+#   PART: etcd kubernetes crds crds-old prism flink spark kubernetes-node pause containerd runc
 #         cni-plugins coredns jobset trainer
-#   all: etcd, kubernetes, crds and the runners (what `make test` needs); runners: prism, flink,
-#   spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list above)
+#   all: etcd, kubernetes, crds, crds-old and the runners (what `make test` needs); runners:
+#   prism, flink, spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list above)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -193,6 +193,19 @@ crds() {
   echo "$out"
 }
 
+# crds-old: the TrainJob CRDs of an older Trainer (TRAINER_OLD_VERSION), in the same layout
+crds_old() {
+  local out="$cache/crds-trainer-$TRAINER_OLD_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local trainer
+    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_OLD_VERSION" | module_dir)
+    rm -rf "$out" && mkdir -p "$out/trainer"
+    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
 module_dir() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
 
 prism() {
@@ -279,11 +292,12 @@ for part in "${@:-all}"; do
     kubernetes) kubernetes ;;
     etcd) etcd ;;
     crds) crds ;;
+    crds-old) crds_old ;;
     prism) prism ;;
     flink) flink ;;
     spark) spark ;;
     runners) prism && flink && spark ;;
-    all) etcd && kubernetes && crds && prism && flink && spark ;;
+    all) etcd && kubernetes && crds && crds_old && prism && flink && spark ;;
     kubernetes-node) kubernetes_node ;;
     pause) pause ;;
     containerd) containerd ;;

@@ -55,14 +55,15 @@ def cache_root() -> Path:
 
 
 def part_dir(part: str) -> Path:
-    """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd``, ``crds``, ``prism``,
-    ``flink`` or ``spark``)."""
+    """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd``, ``crds``, ``crds-old``,
+    ``prism``, ``flink`` or ``spark``)."""
     pins = versions()
     names = {
         "kubernetes": f"kubernetes-{pins['KUBERNETES_VERSION']}",
         "etcd": f"etcd-{pins['ETCD_VERSION']}",
         "crds": f"crds-trainer-{pins['TRAINER_VERSION']}"
         f"-training-operator-{pins['TRAINING_OPERATOR_VERSION']}",
+        "crds-old": f"crds-trainer-{pins['TRAINER_OLD_VERSION']}",
         # Beam's runners (realparts/runners.py)
         "prism": f"prism-{pins['BEAM_VERSION']}",
         "flink": f"beam-flink-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
@@ -148,6 +149,17 @@ class _CA:
             )
             .sign(self.key, hashes.SHA256())
         )
+
+    @classmethod
+    def load(cls, cert_pem: bytes, key_pem: bytes) -> _CA:
+        """The CA whose certificate and key :func:`start` wrote (``ca.crt``, ``ca.key``)."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+
+        ca = cls.__new__(cls)
+        ca.cert = x509.load_pem_x509_certificate(cert_pem)
+        ca.key = serialization.load_pem_private_key(key_pem, password=None)
+        return ca
 
     def issue(
         self,
@@ -674,13 +686,14 @@ def decode_jwt_claims(token: str) -> dict[str, Any]:
     return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
 
 
-def crd_documents() -> list[dict[str, Any]]:
+def crd_documents(part: str = "crds") -> list[dict[str, Any]]:
     """The pinned releases' CRDs (build.sh ``crds``): TrainJob, TrainingRuntime,
-    ClusterTrainingRuntime (Kubeflow Trainer v2) and TFJob (the Training Operator v1)."""
+    ClusterTrainingRuntime (Kubeflow Trainer v2) and TFJob (the Training Operator v1); with
+    ``part="crds-old"``, the older Trainer's (``TRAINER_OLD_VERSION``)."""
     import yaml
 
     docs = []
-    for path in sorted(part_dir("crds").glob("*/*.yaml")):
+    for path in sorted(part_dir(part).glob("*/*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
 

@@ -16,6 +16,8 @@ import time
 from typing import Any
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+#: The label of what a stand-in made (a volume) or runs (a pod).
+STAND_IN = "tfrecord-suite/stand-in"
 
 
 def _now() -> str:
@@ -47,9 +49,11 @@ def container_status(name: str, exit_code: int | None, ready: bool = True) -> di
     }
 
 
-def write_pod_status(core: Any, namespace: str, pod: dict[str, Any] | Any, exit_code=None):
-    """Write ``pod``'s status as its kubelet would: Running and Ready (``exit_code`` None), or
-    Succeeded / Failed with that exit code for every container."""
+def write_pod_status(
+    core: Any, namespace: str, pod: dict[str, Any] | Any, exit_code=None, ready: bool = True
+):
+    """Write ``pod``'s status as its kubelet would: Running and Ready (``exit_code`` None; not
+    Ready with ``ready=False``), or Succeeded / Failed with that exit code for every container."""
     meta = pod["metadata"] if isinstance(pod, dict) else pod.metadata
     spec = pod["spec"] if isinstance(pod, dict) else pod.spec
     name = meta["name"] if isinstance(meta, dict) else meta.name
@@ -58,7 +62,7 @@ def write_pod_status(core: Any, namespace: str, pod: dict[str, Any] | Any, exit_
         for c in (spec["containers"] if isinstance(spec, dict) else spec.containers)
     ]
     phase = "Running" if exit_code is None else ("Succeeded" if exit_code == 0 else "Failed")
-    ready = "True" if exit_code is None else "False"
+    ready = "True" if exit_code is None and ready else "False"
     status = {
         "phase": phase,
         "conditions": [
@@ -69,7 +73,7 @@ def write_pod_status(core: Any, namespace: str, pod: dict[str, Any] | Any, exit_
             }
             for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
         ],
-        "containerStatuses": [container_status(c, exit_code) for c in containers],
+        "containerStatuses": [container_status(c, exit_code, ready) for c in containers],
         "startTime": _now(),
     }
     core.patch_namespaced_pod_status(name, namespace, {"status": status})
@@ -84,14 +88,28 @@ class Kubelet:
     It also plays a volume provisioner: each pending claim in ``namespace`` gets a volume made
     for it (a hostPath no container ever mounts, labelled ``tfrecord-suite/stand-in``), which
     the real volume binder then binds, as a cluster's default StorageClass would do.
+
+    With ``ready=False`` the containers start but never pass their readiness check (pods
+    Running, not Ready); with ``provision=False`` no claim is ever bound (a cluster without a
+    default StorageClass). Pods labelled ``tfrecord-suite/stand-in`` are another stand-in's
+    (realparts/local_operator.py runs them) and left alone.
     """
 
-    def __init__(self, api_client: Any, namespace: str | None = None, interval: float = 0.3):
+    def __init__(
+        self,
+        api_client: Any,
+        namespace: str | None = None,
+        interval: float = 0.3,
+        ready: bool = True,
+        provision: bool = True,
+    ):
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
         self.interval = interval
+        self.ready = ready
+        self.provision = provision
         self.started: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -136,7 +154,7 @@ class Kubelet:
             volume = {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
-                "metadata": {"name": name, "labels": {"tfrecord-suite/stand-in": "provisioner"}},
+                "metadata": {"name": name, "labels": {STAND_IN: "provisioner"}},
                 "spec": {
                     "capacity": {"storage": claim.spec.resources.requests["storage"]},
                     "accessModes": claim.spec.access_modes,
@@ -157,14 +175,15 @@ class Kubelet:
         from kubernetes.client.exceptions import ApiException
 
         while not self._stop.wait(self.interval):
-            with contextlib.suppress(ApiException, OSError):
-                self._provision()
+            if self.provision:
+                with contextlib.suppress(ApiException, OSError):
+                    self._provision()
             try:
                 pods = self._pods()
             except (ApiException, OSError):
                 continue
             for pod in pods:
-                if not pod.spec.node_name:
+                if not pod.spec.node_name or STAND_IN in (pod.metadata.labels or {}):
                     continue
                 try:
                     if pod.metadata.deletion_timestamp:
@@ -173,7 +192,7 @@ class Kubelet:
                             pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
                         )
                     elif (pod.status.phase or "Pending") == "Pending":
-                        write_pod_status(self.core, pod.metadata.namespace, pod)
+                        write_pod_status(self.core, pod.metadata.namespace, pod, ready=self.ready)
                         self.started.add(pod.metadata.name)
                 except ApiException:
                     pass  # deleted meanwhile

@@ -301,7 +301,8 @@ class DataServiceLauncher:
 
     The objects are :func:`objects`' (no service account of their own: the pods run as the
     run's), created in order, each adopted instead when a retried step's earlier attempt made
-    it (same run label), and deleted in reverse order on leaving, whatever happened. With
+    it (same run label), and deleted in reverse order on leaving, whatever happened; an object
+    of another run holding a name is refused and left alone, with all after it. With
     ``owner`` the step's lease, they go within minutes of the step even when it cannot delete
     them (killed, or its node lost).
     """
@@ -354,13 +355,15 @@ class DataServiceLauncher:
             owner=owner,
             credentials=credentials,
         )
+        ours: list[dict[str, Any]] = []  # created or adopted: never another run's
         try:
             for body in made:
                 self._create_or_adopt(namespace, body)
+                ours.append(body)
             self._wait_ready(namespace, [b for b in made if b["kind"] == "StatefulSet"])
             yield dispatcher_address(name)
         finally:
-            for body in reversed(made):
+            for body in reversed(ours):
                 self._delete(namespace, body)
 
     def _calls(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable]:
