@@ -709,3 +709,76 @@ def test_a_killed_launcher_leaves_nothing_past_its_lease(installed, tmp_path):
     assert gone_after < 60
     # the step's pod is still there: it was the lease that ended them
     assert owner["name"] in {p.metadata.name for p in core.list_namespaced_pod(ns).items}
+
+
+# ------------------------------------------------- the priority class, bounded by quota
+
+
+@pytest.fixture(scope="module")
+def quota_limited_plane(tmp_path_factory):
+    """A second control plane whose API server runs with k8s/priority/admission-config.yaml,
+    as the opt-in asks an administrator to start it."""
+    from realparts import controlplane
+
+    plane = controlplane.start(
+        tmp_path_factory.mktemp("k8s-priority"),
+        controlplane.built("kubernetes"),
+        controlplane.built("etcd"),
+        extra_args={"kube-apiserver": [
+            f"--admission-control-config-file={K8S / 'priority' / 'admission-config.yaml'}"]},
+    )  # fmt: skip
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+def test_the_priority_class_is_admitted_only_where_a_quota_scoped_to_it_allows(
+    quota_limited_plane,
+):
+    """With the opt-in's admission configuration, a pod at the suite's priority class is
+    refused in a namespace without k8s/base's quota scoped to the class, admitted in one with
+    it, and bounded by it; pods without the class are not affected."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    plane = quota_limited_plane
+    (priority,) = [d for d in _render(plane, "cluster") if d["kind"] == "PriorityClass"]
+    plane.apply([priority])
+    quota = [d for d in _docs(K8S / "base" / "resourcequota.yaml")
+             if d["metadata"]["name"] == "tfrecord-suite-priority"]  # fmt: skip
+    for ns in ("no-quota", "with-quota"):
+        _ensure_namespace(plane, ns)
+    plane.apply(quota, "-n", "with-quota")
+    core = client.CoreV1Api(plane.api_client())
+
+    def pod(name: str, priority_class: str | None) -> dict:
+        spec = {"schedulerName": "tfrs-unscheduled", "automountServiceAccountToken": False,
+                "containers": [{"name": "c", "image": "img"}]}  # fmt: skip
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+    def create(ns: str, body: dict) -> str:
+        try:
+            core.create_namespaced_pod(ns, body)
+            return ""
+        except ApiException as exc:
+            return f"{exc.status} {json.loads(exc.body)['message']}"
+
+    name = priority["metadata"]["name"]
+    refused = create("no-quota", pod("p", name))
+    # the API server answers this refusal with 500 (an InternalError), not 403
+    assert refused.startswith("500 insufficient quota to match these scopes"), refused
+    assert create("no-quota", pod("plain", None)) == ""
+
+    def counted() -> bool:
+        q = core.read_namespaced_resource_quota("tfrecord-suite-priority", "with-quota")
+        return bool(q.status and q.status.used is not None and "pods" in q.status.used)
+
+    _wait_for(counted, timeout=120, what="the quota controller counts the scoped quota")
+    limit = int(quota[0]["spec"]["hard"]["pods"])
+    for i in range(limit):
+        assert create("with-quota", pod(f"p{i}", name)) == ""
+    over = create("with-quota", pod("one-too-many", name))
+    assert over.startswith("403") and "exceeded quota: tfrecord-suite-priority" in over
