@@ -37,6 +37,21 @@ source "$here/versions.env"
 cache=${TFRS_REALPARTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfrecord-suite/realparts}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "$cache"
+# Go's module and build caches and Maven's repository for these builds are the cache's own, and
+# are deleted once every part asked for is built: the parts take ~2 GB, what built them ~16 GB
+# more (k8s.io/kubernetes and Beam's Go module), enough to fill a CI machine's disk before the
+# image builds. A part is rebuilt only when its pin changes. TFRS_REALPARTS_KEEP_TOOL_CACHES=1
+# keeps them (faster rebuilds while changing pins).
+tools="$cache/.tools"
+export GOMODCACHE="$tools/go-mod" GOCACHE="$tools/go-build"
+prune_tool_caches() {
+  [ -n "${TFRS_REALPARTS_KEEP_TOOL_CACHES:-}" ] && return
+  [ -d "$tools" ] || [ -d "$cache/.m2" ] || return 0
+  # the module cache is read-only on purpose; `go clean -modcache` is how it is removed
+  [ -d "$GOMODCACHE" ] && go clean -modcache
+  rm -rf "$tools" "$cache/.m2"
+  log "removed the Go and Maven caches the build used (TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps them)"
+}
 
 log() { echo "realparts: $*" >&2; }
 
@@ -313,3 +328,4 @@ for part in "${@:-all}"; do
     *) echo "usage: $0 [PART|all|runners|node]... (see the top of this file)" >&2; exit 2 ;;
   esac
 done
+prune_tool_caches
