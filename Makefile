@@ -1,11 +1,13 @@
-# Two entry points: `make demo` (the whole DAG locally) and `make test`.
+# `make venv` builds .venv; then `make demo` (the whole DAG locally) and `make test`.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
-.PHONY: demo test test-fast lint bench compile components release-files images docs docs-serve clean tcmalloc realparts-s3
+.PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve docs-vendor clean tcmalloc
+.PHONY: real-parts real-parts-runners real-parts-s3
+.PHONY: cluster-deps cluster-parts cluster-up cluster-down test-cluster
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,28 +25,24 @@ tcmalloc:
 	  && cp -L "$$(find $$dir/root -name libtcmalloc_minimal.so.4 | head -n 1)" $(TCMALLOC) \
 	  && rm -rf $$dir; } || echo "tcmalloc not installed: tf.data will run with glibc malloc"
 
+# the virtual environment alone (what every target below builds first)
+venv: $(STAMP)
+
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket
 
-# SeaweedFS, the S3 server the `s3` tests and the bench's network part start, built once from its
-# Go module into a cache outside the repository (tests/realparts: build.sh, versions.env); without
-# Go the `s3` tests skip (and fail under CI)
-realparts-s3:
-	@if command -v go >/dev/null; then nice bash tests/realparts/build.sh seaweedfs >/dev/null; \
-	else echo "Go missing: SeaweedFS not built, the s3 tests will skip"; fi
-
-test: $(STAMP) realparts-s3
+test: $(STAMP) real-parts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP) realparts-s3
+test-fast: $(STAMP) real-parts-s3
 	$(BIN)/python -m pytest -m "not slow and not e2e" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP) realparts-s3
+bench: $(STAMP) real-parts-s3
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 	LD_PRELOAD="$$(test -e $(TCMALLOC) && realpath $(TCMALLOC))" $(BIN)/python -m benchmarks \
 	  --report docs/bench --readme docs/performance.md $(BENCH_ARGS)
@@ -56,7 +54,7 @@ compile: $(STAMP)
 	for p in retraining data training; do \
 	  $(BIN)/tfrecord-suite compile --pipeline $$p --output pipelines/$$p.yaml || exit 1; done
 
-# each component's compiled spec and README (components/<name>/), from the component functions
+# each component's compiled spec and README (components/<category>/<name>/), from the component functions
 # and their metadata.yaml; a test fails when a committed one is stale
 components: $(STAMP)
 	$(BIN)/tfrecord-suite components
@@ -66,8 +64,39 @@ DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 docs: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir site
 
+# Mermaid for the site's diagrams (mkdocs.yml extra_javascript), from its npm release: the file
+# is committed; this fetches it again and checks it against the pinned digest
+MERMAID_VERSION := 11.17.2
+MERMAID_SHA256 := 581ed7d74bd9048d0e3a91363927d72ef22942d7722546b27f7cc29e35390eb8
+docs-vendor:
+	dir=$$(mktemp -d) && (cd $$dir && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null \
+	  && tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js package/LICENSE) \
+	  && echo "$(MERMAID_SHA256)  $$dir/package/dist/mermaid.min.js" | sha256sum -c --quiet \
+	  && cp $$dir/package/dist/mermaid.min.js docs/assets/vendor/mermaid-$(MERMAID_VERSION).min.js \
+	  && cp $$dir/package/LICENSE docs/assets/vendor/mermaid-$(MERMAID_VERSION).LICENSE \
+	  && rm -rf $$dir
+
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve
+
+# The real parts the tests run, built once from their published sources into a cache outside the
+# repository (~/.cache/tfrecord-suite/realparts) at the versions tests/realparts/versions.env pins:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (the `k8s` tests), the
+# job APIs' CRDs, SeaweedFS (the `s3` tests) and Beam's runners (the `runners` tests). Needs go,
+# java and mvn; minutes the first time, nothing after.
+real-parts:
+	bash tests/realparts/build.sh all
+
+# Beam's runners the `runners` tests shard on (Prism from Beam's Go module, the Flink and Spark job
+# servers from Maven Central), built once into a cache outside the repository at the versions
+# tests/realparts/versions.env pins; `tests/realparts/build.sh all` builds them too
+real-parts-runners:
+	bash tests/realparts/build.sh runners
+
+# SeaweedFS, the S3 server the `s3` tests and the bench's network part start (built from its Go
+# module into the same cache; `tests/realparts/build.sh all` builds it too)
+real-parts-s3:
+	bash tests/realparts/build.sh seaweedfs >/dev/null
 
 # what a release attaches: every ready pipeline and component compiled for the images the
 # release pushed (.github/workflows/release.yml: IMAGE_REGISTRY, IMAGE_TAG)
@@ -77,6 +106,33 @@ RELEASE_DIR ?= release
 release-files: $(STAMP)
 	$(BIN)/tfrecord-suite release-files --output $(RELEASE_DIR) \
 	  --image-registry $(IMAGE_REGISTRY) --image-tag $(IMAGE_TAG)
+
+# A one-node Kubernetes cluster on this machine (tests/cluster/node.py; root and Debian): the
+# control plane, containerd and the kubelet, pod and service networks on a bridge of its own,
+# CoreDNS, JobSet and the Kubeflow Trainer, all built from the sources pinned in
+# tests/realparts/versions.env into ~/.cache/tfrecord-suite/realparts. `make cluster-down` stops
+# it and removes everything it made; `make test-cluster` runs the `cluster` tests (bringing a
+# cluster up for the session where none runs). docs/how-to/one-node-cluster.md says what they
+# prove and how long they take.
+CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
+CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev
+cluster-deps:
+	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then echo "installing $$missing from Debian"; \
+	    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q $$missing >/dev/null; fi
+
+cluster-parts: cluster-deps
+	bash tests/realparts/build.sh node >/dev/null
+
+cluster-up: $(STAMP) cluster-parts
+	$(CLUSTER_PYTHON) -m cluster up $(CLUSTER_ARGS)
+
+cluster-down: $(STAMP)
+	$(CLUSTER_PYTHON) -m cluster down
+
+test-cluster: $(STAMP) cluster-parts
+	TFRS_CLUSTER=1 $(CLUSTER_PYTHON) -m pytest -m cluster $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) local_outputs demo-bucket bench-results site

@@ -1,6 +1,6 @@
 """Each component run alone through kfp.local, as kubeflow/pipelines-components tests each one.
 
-The components are loaded from their committed ``components/<name>/component.yaml``, as a user
+The components are loaded from their committed ``components/<category>/<name>/component.yaml``, as a user
 loads them. A component whose inputs are another's outputs takes them from that component's own
 run, brought in with ``dsl.importer``, and their metadata as ML Metadata hands it to a step on a
 cluster (numbers as doubles, lists and structs wrapped: ``tests/fakes/launcher.py``). The runs
@@ -10,7 +10,6 @@ are session fixtures, so any one component test runs alone (``-k``).
 from typing import NamedTuple
 
 import pytest
-from component_checks import imported, load
 
 RUN = "components-local-run"
 
@@ -44,11 +43,15 @@ def digits(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def fingerprint_run(local_root, digits):
+    from component_checks import imported, load  # noqa: F401 - on the tests' path
+
     return load("fingerprint")(input_uri=digits)
 
 
 @pytest.fixture(scope="session")
 def shard_run(local_root, digits, fingerprint_run):
+    from component_checks import imported, load  # noqa: F401 - on the tests' path
+
     # only the required inputs and the fingerprint: every other input has its default
     return load("shard")(
         input_uri=digits,
@@ -60,6 +63,7 @@ def shard_run(local_root, digits, fingerprint_run):
 
 @pytest.fixture(scope="session")
 def version_run(local_root, shard_run):
+    from component_checks import imported, load
     from kfp import dsl
     from kfp.dsl import Dataset
 
@@ -80,6 +84,8 @@ def version_run(local_root, shard_run):
 
 @pytest.fixture(scope="session")
 def train_run(local_root, version_run):
+    from component_checks import imported, load  # noqa: F401 - on the tests' path
+
     return load("train")(
         dataset_ref=version_run["ref"],
         dataset_digest=version_run["digest"],
@@ -91,6 +97,7 @@ def train_run(local_root, version_run):
 
 @pytest.fixture(scope="session")
 def evaluate_run(local_root, version_run, train_run):
+    from component_checks import imported, load
     from kfp import dsl
     from kfp.dsl import Dataset, Metrics, Model
 
@@ -110,6 +117,7 @@ def evaluate_run(local_root, version_run, train_run):
 
 @pytest.fixture(scope="session")
 def register_run(local_root, version_run, train_run, evaluate_run):
+    from component_checks import imported, load
     from kfp import dsl
     from kfp.dsl import Dataset, Metrics, Model
 

@@ -1,4 +1,4 @@
-"""What every component folder's unit tests check (components/<name>/tests/).
+"""What every component folder's unit tests check (components/<category>/<name>/tests/).
 
 * the committed spec loads as a user loads it, names the component, and describes every input
   and output, as kubeflow/pipelines-components asks;
@@ -22,12 +22,14 @@ from typing import Any
 
 import yaml
 
+from tfrecord_suite.kfp.catalog import folder, relative_folder
+
 COMPONENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "components")
 
 
 def spec(name: str) -> dict[str, Any]:
     """The committed component.yaml."""
-    with open(os.path.join(COMPONENTS, name, "component.yaml")) as fh:
+    with open(os.path.join(folder(name, COMPONENTS), "component.yaml")) as fh:
         return yaml.safe_load(fh)
 
 
@@ -37,7 +39,9 @@ def check_spec(name: str) -> None:
     from tfrecord_suite.kfp.catalog import ports
     from tfrecord_suite.kfp.components import COMPONENTS as FUNCTIONS
 
-    loaded = components.load_component_from_file(os.path.join(COMPONENTS, name, "component.yaml"))
+    loaded = components.load_component_from_file(
+        os.path.join(folder(name, COMPONENTS), "component.yaml")
+    )
     assert loaded.name == name.replace("_", "-")
     inputs, outputs = ports(spec(name))
     assert {p.name for p in inputs} == set(loaded.component_spec.inputs or {})
@@ -46,8 +50,10 @@ def check_spec(name: str) -> None:
     # the committed spec is what the function compiles to (make components)
     from tfrecord_suite.kfp.catalog import compile_spec
 
-    with open(os.path.join(COMPONENTS, name, "component.yaml")) as fh:
-        assert fh.read() == compile_spec(name), f"components/{name} is stale: make components"
+    with open(os.path.join(folder(name, COMPONENTS), "component.yaml")) as fh:
+        assert fh.read() == compile_spec(name), (
+            f"components/{relative_folder(name)} is stale: make components"
+        )
     assert FUNCTIONS[name].__name__ == name
 
 
@@ -110,13 +116,13 @@ def metadata_problems(meta: dict[str, Any], now: dt.datetime) -> list[str]:
 def check_metadata(name: str) -> None:
     from tfrecord_suite.kfp.endpoint import MIN_BACKEND
 
-    with open(os.path.join(COMPONENTS, name, "metadata.yaml")) as fh:
+    with open(os.path.join(folder(name, COMPONENTS), "metadata.yaml")) as fh:
         meta = yaml.safe_load(fh)
     assert metadata_problems(meta, dt.datetime.now(dt.UTC)) == []
     assert meta["name"] == name
     pipelines = next(d for d in meta["dependencies"]["kubeflow"] if d["name"] == "Pipelines")
     assert pipelines["version"] == ">=" + ".".join(map(str, MIN_BACKEND))
-    with open(os.path.join(COMPONENTS, name, "OWNERS")) as fh:
+    with open(os.path.join(folder(name, COMPONENTS), "OWNERS")) as fh:
         owners = yaml.safe_load(fh)
     assert owners["approvers"] and owners["reviewers"]
 
@@ -139,7 +145,9 @@ def load(name: str) -> Any:
     """The committed spec of component ``name``, as a user loads it."""
     from kfp import components
 
-    return components.load_component_from_file(os.path.join(COMPONENTS, name, "component.yaml"))
+    return components.load_component_from_file(
+        os.path.join(folder(name, COMPONENTS), "component.yaml")
+    )
 
 
 def imported(artifact: Any, cls: Any) -> Any:

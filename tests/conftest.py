@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from support import emulator_env, free_port, s3_env, stop_process
+from support import emulator_env, free_port, launcher_account, s3_env, stop_process
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -117,7 +117,7 @@ def s3_server(tmp_path_factory) -> Iterator[object]:
 
     binary = weed_binary(build=False)
     if binary is None:
-        message = "no SeaweedFS binary: run `make realparts-s3` (builds it with Go, once)"
+        message = "no SeaweedFS binary: run `make real-parts-s3` (builds it with Go, once)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -181,3 +181,108 @@ def published_digits(tmp_path_factory, digits_dir) -> dict:
         "manifest": result.manifest,
         "staged": staged,
     }
+
+
+# ------------------------------------------------------------------- a real Kubernetes API server
+
+
+@pytest.fixture(scope="session")
+def k8s(tmp_path_factory):
+    """A real control plane on 127.0.0.1 (etcd, kube-apiserver with RBAC and the default
+    admission plugins, kube-controller-manager, kube-scheduler; tests/realparts/controlplane.py),
+    with the pinned job-API CRDs installed. Built by ``make real-parts`` (``make test`` does);
+    where it is not built the tests skip and say so, under CI they fail."""
+    from realparts import controlplane
+
+    missing = [p for p in ("kubernetes", "etcd", "crds") if controlplane.built(p) is None]
+    if missing:
+        reason = f"real parts not built ({', '.join(missing)}): run `make real-parts`"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    plane = controlplane.start(
+        tmp_path_factory.mktemp("k8s"),
+        controlplane.built("kubernetes"),
+        controlplane.built("etcd"),
+    )
+    try:
+        controlplane.install_crds(plane)
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def k8s_namespace(k8s, request) -> Iterator[str]:
+    """A fresh namespace on the real API server, deleted after the test."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s.api_client())
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def k8s_runner(k8s, k8s_namespace, tmp_path):
+    """A run's account in a fresh namespace on the real API server, holding only the launcher's
+    Role (support.launcher_account)."""
+    return launcher_account(k8s, k8s_namespace, tmp_path / "kubeconfig")
+
+
+@pytest.fixture(scope="session")
+def k8s_nodes(k8s):
+    """Three Ready nodes of 4 vCPU / 16 GB (no kubelet behind them) for the real scheduler to
+    place pods on; standins.Kubelet plays their kubelet where a test needs pods to run."""
+    import contextlib
+
+    from tfrecord_suite.launch.placement import SMALL_NODE
+
+    names = ["node-4x16-a", "node-4x16-b", "node-4x16-c"]
+    for name in names:
+        with contextlib.suppress(Exception):  # registered by another module's fixture
+            k8s.add_node(name, cpu="4", memory="16Gi", allocatable=SMALL_NODE)
+    return names
+
+
+# ----------------------------------------------------------------- a one-node cluster (tests/cluster)
+
+
+@pytest.fixture(scope="session")
+def one_node_cluster():
+    """A one-node Kubernetes cluster on this machine (tests/cluster/node.py): the one `make
+    cluster-up` left running, or, with TFRS_CLUSTER=1 (`make test-cluster`), one brought up here
+    and taken down at the end of the session. Otherwise the tests skip (bringing a cluster up
+    takes the machine's root, its bridge and minutes: it is asked for, not assumed); with
+    TFRS_CLUSTER=1 a cluster that cannot come up fails them."""
+    from cluster import node
+
+    running = node.Cluster.load()
+    if running is not None and all(running.alive().values()):
+        yield running
+        return
+    if os.environ.get("TFRS_CLUSTER") != "1":
+        pytest.skip("no one-node cluster running: `make cluster-up`, or `make test-cluster`")
+    node.preflight()
+    try:
+        cluster = node.up(trainer=False)
+        yield cluster
+    finally:
+        node.down()
+
+
+@pytest.fixture
+def cluster_namespace(one_node_cluster) -> Iterator[str]:
+    """A fresh namespace on the one-node cluster, deleted (with its pods) after the test."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(one_node_cluster.api_client())
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)

@@ -9,6 +9,8 @@ import os
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 
 def stop_process(process: subprocess.Popen, timeout: float) -> None:
@@ -125,3 +127,109 @@ def multi_worker_train(args: list[str], workers: int = 2, timeout: float = 600) 
         assert proc.returncode == 0, stderr[-3000:]
         outs.append(json.loads(stdout))
     return outs
+
+
+def cached_against_policy(pipeline_yaml: str) -> list[str]:
+    """Tasks of the suite's components that a compiled pipeline lets Kubeflow cache although
+    their policy (tfrecord_suite.kfp.steps.STEPS) says not to: a cached resolve_dataset, for
+    one, keeps training on the version an alias named when it first ran."""
+    import yaml
+
+    from tfrecord_suite.kfp.steps import STEPS
+
+    with open(pipeline_yaml) as fh:
+        spec = next(yaml.safe_load_all(fh))
+    uncached = {f"comp-{n.replace('_', '-')}" for n, p in STEPS.items() if not p.cache}
+    wrong = []
+
+    def walk(dag: dict) -> None:
+        for name, task in dag.get("tasks", {}).items():
+            ref = task["componentRef"]["name"]
+            inner = spec["components"].get(ref, {})
+            if "dag" in inner:
+                walk(inner["dag"])
+            # kfp numbers repeated uses of one component: comp-train-2
+            base = ref.rsplit("-", 1)[0] if ref.rsplit("-", 1)[-1].isdigit() else ref
+            if base in uncached and task.get("cachingOptions", {}).get("enableCache"):
+                wrong.append(name)
+
+    walk(spec["root"]["dag"])
+    return wrong
+
+
+def launcher_account(plane: Any, namespace: str, kubeconfig: Path, account: str = "runner") -> Any:
+    """A run's account in ``namespace`` on a real control plane (tests/realparts), holding only
+    the launcher's Role (k8s/base/role.yaml), bound as k8s/base binds it.
+
+    Returns an object with ``namespace``, ``account``, ``api`` (an ApiClient presenting the
+    account's own token from the TokenRequest API, as a pod's projected token), ``kubeconfig``
+    (a kubeconfig of that token, for code that loads one) and ``user`` (its name in the audit
+    log, ``ControlPlane.requests_by``).
+    """
+    import types
+
+    import yaml
+
+    role = yaml.safe_load((Path(__file__).parents[1] / "k8s" / "base" / "role.yaml").read_text())
+    role["metadata"]["namespace"] = namespace
+    plane.apply([
+        role,
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": account, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": account, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": role["metadata"]["name"]},
+         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]},
+    ])  # fmt: skip
+    token = plane.token(namespace, account)
+    return types.SimpleNamespace(
+        namespace=namespace,
+        account=account,
+        api=plane.api_client(token=token),
+        kubeconfig=plane.kubeconfig_for_token(token, kubeconfig, namespace),
+        user=f"system:serviceaccount:{namespace}:{account}",
+    )
+
+
+def api_calls(plane: Any, user: str, resource: str = "") -> list[tuple[str, int, str]]:
+    """``(verb, response code, request URI)`` of each call ``user`` made to a real control plane
+    (its audit log), on ``resource`` (e.g. ``trainjobs``, ``pods/log``) where given."""
+    calls = []
+    for event in plane.requests_by(user):
+        ref = event.get("objectRef") or {}
+        name = ref.get("resource", "") + (
+            f"/{ref['subresource']}" if ref.get("subresource") else ""
+        )
+        if not resource or name == resource:
+            calls.append((event["verb"], event["responseStatus"]["code"], event["requestURI"]))
+    return calls
+
+
+def launch_as(monkeypatch: Any, tmp_path: Path, runner: Any) -> None:
+    """Make code that launches from a pod (the train step) do it here as ``runner``
+    (:func:`launcher_account`): its kubeconfig, and its namespace as the pod's own."""
+    from tfrecord_suite.launch import job
+
+    path = tmp_path / "namespace"
+    path.write_text(runner.namespace)
+    monkeypatch.setattr(job, "NAMESPACE_FILE", str(path))
+    monkeypatch.setenv("KUBECONFIG", str(runner.kubeconfig))
+
+
+def kept(sent: Any, stored: Any, path: str = "") -> list[str]:
+    """Where ``stored`` (an object as an API server returned it, defaults added) lost or changed
+    what was ``sent``: each path whose value differs; empty when all of it was kept."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [path or "."]
+        return [p for k, v in sent.items() for p in kept(v, stored.get(k), f"{path}.{k}")]
+    if isinstance(sent, list):
+        if not isinstance(stored, list) or len(stored) != len(sent):
+            return [path or "."]
+        return [
+            p
+            for i, (a, b) in enumerate(zip(sent, stored, strict=True))
+            for p in kept(a, b, f"{path}[{i}]")
+        ]
+    return [] if sent == stored else [path or "."]

@@ -26,7 +26,7 @@ ops = build(image_registry="europe-docker.pkg.dev/acme/ml", image_tag="0.1.0")
 
 ``configure(task, "shard")`` gives a task the settings the suite's ready pipelines give it
 (display name, retries, caching, the run id through the downward API, CPU and memory). The same
-components are in ``components/<name>/component.yaml`` for
+components are in ``components/<category>/<name>/component.yaml`` for
 ``kfp.components.load_component_from_file`` or ``_from_url``, each documented in its
 ``README.md``.
 """

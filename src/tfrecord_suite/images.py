@@ -100,9 +100,82 @@ class ImageSet:
             return self.image("trainer-tpu")
         return self.component
 
+    @classmethod
+    def find(cls, image: str) -> ImageSet | None:
+        """The set ``image`` belongs to (:meth:`of`), or None for any other image.
+
+        An image of a user's own, say, whose registry may hold none of the suite's other images.
+        """
+        try:
+            return cls.of(image)
+        except ImageReferenceError:
+            return None
+
     def table(self) -> dict[str, tuple[str, str]]:
         """``key -> (image reference, Dockerfile)`` for every image."""
         return {key: (self.image(key), path) for key, (_, path) in IMAGE_FILES.items()}
+
+    @classmethod
+    def of(cls, reference: str) -> ImageSet:
+        """The set one of its images belongs to: ``REGISTRY/tfrecord-suite[-gpu...]:TAG``.
+
+        The retraining CronJob passes its own image, so that the pipeline it compiles runs the
+        build ``k8s/images`` deploys.
+
+        Raises:
+            ImageReferenceError: Not ``REGISTRY/NAME:TAG`` with NAME one of the suite's images.
+
+        """
+        name, _, tag = reference.rpartition(":")
+        registry, _, repository = name.rpartition("/")
+        known = {repo for repo, _ in IMAGE_FILES.values()}
+        if not (registry and tag and "/" not in tag and repository in known):
+            raise ImageReferenceError(
+                f"image {reference!r} is not one of the suite's images: write REGISTRY/NAME:TAG "
+                f"with NAME one of {', '.join(sorted(known))}"
+            )
+        return cls(registry, tag)
+
+    @classmethod
+    def from_kustomization(cls, path: str) -> ImageSet:
+        """The set a kustomize images component (``k8s/images``) rewrites the defaults to.
+
+        Args:
+            path: The component's folder or its ``kustomization.yaml``.
+
+        Raises:
+            ImageReferenceError: The component does not rewrite the component image, or
+                rewrites the suite's images to different registries or tags.
+
+        """
+        import os
+
+        import yaml
+
+        if os.path.isdir(path):
+            path = os.path.join(path, "kustomization.yaml")
+        with open(path) as fh:
+            doc = yaml.safe_load(fh) or {}
+        found = set()
+        for entry in doc.get("images") or []:
+            default = next((d for d in DEFAULT_IMAGES.table().values()
+                            if d[0].rpartition(":")[0] == entry.get("name")), None)  # fmt: skip
+            if default is None:
+                continue
+            repository = entry["name"].rpartition("/")[2]
+            new_name = entry.get("newName", entry["name"])
+            if not new_name.endswith(f"/{repository}"):
+                raise ImageReferenceError(
+                    f"{path}: {entry['name']} is renamed to {new_name}: keep the image's name "
+                    "and change only the registry before it"
+                )
+            found.add(cls(new_name[: -len(repository) - 1], str(entry.get("newTag", DEFAULT_TAG))))
+        if len(found) != 1:
+            raise ImageReferenceError(
+                f"{path}: expected every image of the suite rewritten to one registry and tag, "
+                f"found {sorted((s.registry, s.tag) for s in found) or 'none'}"
+            )
+        return found.pop()
 
 
 DEFAULT_IMAGES = ImageSet()

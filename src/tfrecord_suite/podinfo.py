@@ -9,8 +9,9 @@ The compiled pipelines give each step that needs them these environment variable
   enter Kubeflow's cache key (``backend/src/v2/cacheutils/cache.go`` keys on the resolved
   inputs) and no two runs would ever share a cached step; and the placeholder
   ``{{$.pipeline_job_uuid}}`` is resolved only from KFP backend 2.5;
-* the pod's own name and UID, so a distributed training job can name its launcher pod as its
-  owner (Kubernetes' garbage collector deletes the job with the pod);
+* the pod's own name and UID, so the step's lease (:mod:`tfrecord_suite.launch.lease`), owner
+  of what the step creates, names the pod as its owner (Kubernetes' garbage collector deletes
+  it, and all it owns, with the pod);
 * the pod's service account, so the job's nodes run as the account the run runs as.
 
 Outside Kubernetes (``kfp.local``, the CLI) none is set, and callers fall back to what they

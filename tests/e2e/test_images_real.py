@@ -209,8 +209,9 @@ def test_cronjob_pod_retrains_in_podman(component_image, tmp_path, gcs_bucket, o
     (multi-user) with its projected token and in its namespace, standalone with neither.
 
     What podman cannot play is replaced by what the cluster would give, each named here: the
-    pod joins the host's network (the stand-ins listen on 127.0.0.1), the data and API addresses
-    point at the stand-ins (plus STORAGE_EMULATOR_HOST for the GCS one), the namespace from the
+    pod joins the host's network (the stand-ins listen on 127.0.0.1), the settings ConfigMap
+    (k8s/base/retrain.yaml) is a host folder whose data and API addresses point at the
+    stand-ins (plus STORAGE_EMULATOR_HOST for the GCS one), the namespace from the
     downward API is written in (podman 4.3 resolves no fieldRef to metadata.namespace), the
     `$(VAR)` references in args are expanded as the kubelet expands them (podman 4.3 passes them
     on as written), and the projected token is a file in a host folder (podman has no
@@ -236,12 +237,19 @@ def test_cronjob_pod_retrains_in_podman(component_image, tmp_path, gcs_bucket, o
     (token_dir / "token").write_text("projected-token")
     tokens = ("projected-token",) if multi_user else ()
     with FakeKfp(multi_user=multi_user, tokens=tokens) as api:
-        stand_ins = {
-            "INPUT_URI": f"{gcs_bucket}/raw/rows.csv",
-            "REGISTRY_ROOT": f"{gcs_bucket}/registry",
-            "KFP_HOST": api.url,
-            "KFP_NAMESPACE": namespace,
+        # the settings ConfigMap (k8s/base/retrain.yaml), with the bucket and the API here
+        settings = {
+            **manifests.retrain_settings(),
+            "input": f"{gcs_bucket}/raw/rows.csv",
+            "registry": f"{gcs_bucket}/registry",
+            "dataset": "rows",
+            "host": api.url,
         }
+        settings["params"] = {**settings["params"], "label": "label"}  # fmt: skip
+        settings_dir = tmp_path / "settings"
+        settings_dir.mkdir()
+        (settings_dir / "retrain.yaml").write_text(yaml.safe_dump(settings))
+        stand_ins = {"KFP_NAMESPACE": namespace}  # the downward API's metadata.namespace
         container["env"] = [
             {"name": e["name"], "value": stand_ins[e["name"]]} if e["name"] in stand_ins else e
             for e in container["env"]
@@ -249,12 +257,15 @@ def test_cronjob_pod_retrains_in_podman(component_image, tmp_path, gcs_bucket, o
         values = {e["name"]: e["value"] for e in container["env"]}
         container["args"] = [manifests.expand(a, values) for a in container["args"]]
         spec["hostNetwork"] = True
+        host_paths = {"projected": token_dir, "configMap": settings_dir}
         spec["volumes"] = [
-            {"name": v["name"], "hostPath": {"path": str(token_dir), "type": "Directory"}}
-            if "projected" in v
-            else v
+            next(
+                ({"name": v["name"], "hostPath": {"path": str(p), "type": "Directory"}}
+                 for key, p in host_paths.items() if key in v),
+                v,
+            )
             for v in spec["volumes"]
-        ]
+        ]  # fmt: skip
         name = f"tfrs-retrain-{uuid.uuid4().hex[:8]}"
         pod = {
             "apiVersion": "v1",
@@ -298,7 +309,7 @@ def test_cronjob_pod_retrains_in_podman(component_image, tmp_path, gcs_bucket, o
 
 
 def test_users_own_pipeline_runs_inside_the_image(engine, component_image, tmp_path, monkeypatch):
-    """tests/e2e/user_pipeline.py (components loaded from components/*/component.yaml, and the
+    """tests/e2e/user_pipeline.py (components loaded from components/*/*/component.yaml, and the
     user's own component reading our Dataset and Model) through kfp.local's DockerRunner:
     every step in the built image, as a Kubeflow backend runs it."""
     from kfp import local
@@ -330,7 +341,8 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path)
     cannot run a StatefulSet, so each of its pods is a `podman run` container (as UID 10001) on a
     network of its own with a fixed IP; the headless Service's names (`<pod>.tfrs-data`) are
     /etc/hosts entries for those IPs in every container; `$(POD_NAME)` is expanded as the
-    kubelet expands it; the journal's volume claim is a tmpfs; the version is a host folder
+    kubelet expands it; the journal's volume claim and the /tmp emptyDir are tmpfs; the
+    securityContext is podman's --read-only, --cap-drop and no-new-privileges; the version is a host folder
     mounted at the same path in the workers and the reader (on a cluster: the bucket)."""
     import random
     import uuid
@@ -356,7 +368,8 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path)
     )
     subprocess.run(["chmod", "-R", "a+rX", str(data)], check=True)
 
-    docs = {d["metadata"]["name"]: d for d in manifests.render("data-service")}
+    docs = {d["metadata"]["name"]: d for d in manifests.render("data-service")
+            if d["kind"] in ("Service", "StatefulSet")}  # fmt: skip
     service = docs["tfrs-data"]["metadata"]["name"]
     subnet = f"10.{random.randint(90, 250)}.{random.randint(0, 250)}"
     pods = {"tfrs-data-dispatcher-0": ("tfrs-data-dispatcher", f"{subnet}.10")}
@@ -377,8 +390,14 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path)
             mounts = [
                 f"--tmpfs={m['mountPath']}:mode=1777" for m in container.get("volumeMounts", [])
             ]
+            # the container's securityContext, as the runtime applies it: a read-only root
+            # (writable only where a volume is mounted), no capabilities, no privilege gain
+            security = container["securityContext"]
+            assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+            assert security["capabilities"]["drop"] == ["ALL"]
+            locked = ["--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges"]
             podman("run", "-d", "--name", names[pod], "--ip", ip, "--user", "10001:10001",
-                   *common, *mounts, "-e", "HOME=/tmp", component_image,
+                   *common, *mounts, *locked, "-e", "HOME=/tmp", component_image,
                    *container["command"], *args)  # fmt: skip
             probes.append((pod, container["readinessProbe"]["exec"]["command"]))
         # what the kubelet's readiness probes gate (a worker is ready once registered): a

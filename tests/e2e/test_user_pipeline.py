@@ -1,5 +1,5 @@
 """A kfp user's own pipeline (tests/e2e/user_pipeline.py) composed only of components loaded from
-components/*/component.yaml, plus a component of theirs that reads our Dataset and Model
+components/*/*/component.yaml, plus a component of theirs that reads our Dataset and Model
 artifacts: it imports no module of the suite, compiles, and runs with kfp.local on the host
 (SubprocessRunner). The same file runs inside the built image in tests/e2e/test_images_real.py
 (DockerRunner)."""

@@ -1,5 +1,5 @@
 """A pipeline as a kfp user writes it: the suite's components loaded from their committed specs
-(components/<name>/component.yaml), beside a component of the user's own that reads the suite's
+(components/<category>/<name>/component.yaml), beside a component of the user's own that reads the suite's
 Dataset and Model artifacts. It imports kfp and nothing of tfrecord_suite (a test checks)."""
 
 import os
@@ -11,14 +11,14 @@ COMPONENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."
 IMAGE = "ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0"
 
 
-def load(name: str):
-    return components.load_component_from_file(os.path.join(COMPONENTS, name, "component.yaml"))
+def load(path: str):
+    return components.load_component_from_file(os.path.join(COMPONENTS, path, "component.yaml"))
 
 
-fingerprint = load("fingerprint")
-shard = load("shard")
-version = load("version")
-train = load("train")
+fingerprint = load("data_processing/fingerprint")
+shard = load("data_processing/shard")
+version = load("data_processing/version")
+train = load("training/train")
 
 
 # The user's own step. It runs on the suite's image only because that one is here with Python

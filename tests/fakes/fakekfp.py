@@ -142,8 +142,10 @@ class FakeKfp:
                 if not self._authorized(record):
                     return None
                 if url.path in (f"{PREFIX}/pipelines/upload", f"{PREFIX}/pipelines/upload_version"):
-                    spec = self._uploaded_yaml(body)
+                    spec, *platform = self._uploaded_yaml(body)
                     record["uploaded"] = spec
+                    # kfp-kubernetes' settings (secrets, selectors): the second document
+                    record["platform"] = platform[0] if platform else {}
                     if "pipelineSpec" not in spec and "root" not in spec:
                         api.errors.append("upload is not a pipeline spec")
                     if url.path.endswith("/upload"):
@@ -204,17 +206,17 @@ class FakeKfp:
                     return self._reply(200, api.recurring[rid])
                 return self._reply(404, {"error": f"no route {url.path}"})
 
-            def _uploaded_yaml(self, body: bytes) -> dict:
+            def _uploaded_yaml(self, body: bytes) -> list[dict]:
                 import yaml
 
                 head = f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode()
                 msg = BytesParser(policy=default).parsebytes(head + body)
                 for part in msg.iter_parts():
                     if part.get_param("name", header="content-disposition") == "uploadfile":
-                        docs = list(yaml.safe_load_all(part.get_payload(decode=True)))
-                        return docs[0]
+                        return [d for d in yaml.safe_load_all(part.get_payload(decode=True))
+                                if d]  # fmt: skip
                 api.errors.append("multipart upload without an uploadfile part")
-                return {}
+                return [{}]
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

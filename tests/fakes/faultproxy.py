@@ -1,9 +1,11 @@
-"""A fault-injecting HTTP proxy on 127.0.0.1 for the GCS emulators and the S3 server.
+"""A fault-injecting HTTP proxy on 127.0.0.1 for the GCS emulators, the S3 server and the real
+Kubernetes API server (tests/realparts), which no healthy server answers with a 429 or a 5xx.
 
-Forwards every request to the server, except on a fixed schedule, where it answers 503 or 429 (or
-500), drops the connection without answering (``drop``), or forwards the request and then drops
-the connection without the answer (``lost``: the write landed, the client cannot know). Bounded:
-it serves only while its context is open and only the loopback address.
+Forwards every request to the server (over TLS where its URL is https), except the ``first``
+ones it is given and then on a fixed schedule, where it answers 503 or 429 (or 500), drops the
+connection without answering (``drop``), or forwards the request and then drops the connection
+without the answer (``lost``: the write landed, the client cannot know). Bounded: it serves only
+while its context is open and only the loopback address.
 
 For S3 (``s3=True``) it keeps the client's ``Host`` header, which the request's signature covers,
 answers errors in S3's XML, and AWS's schedule: S3 asks clients to slow down with 503 ``SlowDown``,
@@ -31,15 +33,33 @@ HOP_HEADERS = {
 
 
 class FaultProxy:
-    """``with FaultProxy(upstream_url, every=4) as proxy: ... proxy.url ... proxy.faults``."""
+    """``with FaultProxy(upstream_url, every=4) as proxy: ... proxy.url ... proxy.faults``.
+
+    ``first``: the faults (``"503"``, ``"drop"``, ...) answered to the first requests, before
+    the schedule; ``every=0``: no schedule. ``ca_file``: the CA an https upstream is checked
+    against. ``s3``: the S3 server's schedule and error answers.
+    """
 
     GCS_SCHEDULE = ("503", "429", "drop")
     S3_SCHEDULE = ("503", "lost", "500", "drop")
 
-    def __init__(self, upstream: str, every: int = 4, s3: bool = False):
+    def __init__(
+        self,
+        upstream: str,
+        every: int = 4,
+        first: tuple[str, ...] = (),
+        ca_file: str = "",
+        s3: bool = False,
+    ):
         self.upstream = urllib.parse.urlsplit(upstream)
         self.every = every
         self.s3 = s3
+        self._first = list(first)
+        self._ssl = None
+        if self.upstream.scheme == "https":
+            import ssl
+
+            self._ssl = ssl.create_default_context(cafile=ca_file or None)
         self.faults: Counter[str] = Counter()
         self.requests = 0
         self._lock = threading.Lock()
@@ -64,9 +84,15 @@ class FaultProxy:
                 if fault and fault != "lost":
                     self._answer_fault(int(fault))
                     return
-                conn = http.client.HTTPConnection(
-                    proxy.upstream.hostname, proxy.upstream.port, timeout=30
-                )
+                if proxy._ssl is not None:
+                    conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                        proxy.upstream.hostname, proxy.upstream.port, timeout=30,
+                        context=proxy._ssl,
+                    )  # fmt: skip
+                else:
+                    conn = http.client.HTTPConnection(
+                        proxy.upstream.hostname, proxy.upstream.port, timeout=30
+                    )
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
@@ -118,9 +144,12 @@ class FaultProxy:
     def _next_fault(self) -> str | None:
         with self._lock:
             self.requests += 1
-            if self.requests % self.every:
+            if self._first:
+                fault = self._first.pop(0)
+            elif not self.every or self.requests % self.every:
                 return None
-            fault = next(self._schedule)
+            else:
+                fault = next(self._schedule)
             self.faults[fault] += 1
             return fault
 

@@ -2,8 +2,9 @@
 
 ``render(target)`` is ``kubectl kustomize`` (kustomize v5) where kubectl is installed.
 ``cronjob(overlay)`` needs no kubectl: the base CronJob with the overlay's JSON patches applied
-(RFC 6902, as kustomize applies them) and the images component's rewrite; a test checks that it
-equals kubectl's rendering wherever kubectl is there.
+(RFC 6902, as kustomize applies them), the images component's rewrite and the base's replacement
+(the image into the container's TFRECORD_SUITE_IMAGE); a test checks that it equals kubectl's
+rendering wherever kubectl is there.
 """
 
 from __future__ import annotations
@@ -32,8 +33,13 @@ def kubectl() -> str | None:
 
 def render(target: str) -> list[dict[str, Any]]:
     """``kubectl kustomize k8s/<target>``."""
+    return render_dir(os.path.join(K8S, target))
+
+
+def render_dir(folder: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize FOLDER`` (a copy of k8s/ a test changed, say)."""
     out = subprocess.run(
-        [kubectl() or "kubectl", "kustomize", os.path.join(K8S, target)],
+        [kubectl() or "kubectl", "kustomize", folder],
         capture_output=True,
         text=True,
         check=True,
@@ -66,7 +72,17 @@ def cronjob(overlay: str) -> dict[str, Any]:
     for container in pod_spec(job)["containers"]:
         name, _, _ = container["image"].rpartition(":")
         container["image"] = image_rewrites().get(name, container["image"])
+        # the base's replacement: the container's image, as rewritten, into its environment
+        for var in container.get("env", []):
+            if var["name"] == "TFRECORD_SUITE_IMAGE":
+                var["value"] = container["image"]
     return job
+
+
+def retrain_settings() -> dict[str, Any]:
+    """k8s/base/retrain.yaml: what the CronJob's ConfigMap holds (and CI reads)."""
+    (settings,) = load("base/retrain.yaml")
+    return settings
 
 
 def pod_spec(cronjob_doc: dict[str, Any]) -> dict[str, Any]:

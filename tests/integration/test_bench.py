@@ -454,3 +454,59 @@ def test_network_part_runs_every_variant_against_both_stores(tmp_path, monkeypat
     results = _results()
     results["network"] = out
     assert "network large, 20 ms: reader s3:// / reader s3:// at 0 ms" in run.ratios(results)
+
+
+def test_the_counting_proxy_counts_every_byte_each_way():
+    """What the compression bench's bytes on the wire rest on."""
+    import socket
+    import threading
+
+    from benchmarks.service_compression import CountingProxy
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def echo_twice():
+        conn, _ = server.accept()
+        with conn:
+            got = b""
+            while len(got) < 100_000:
+                got += conn.recv(65536)
+            conn.sendall(got + got)
+
+    threading.Thread(target=echo_twice, daemon=True).start()
+    proxy = CountingProxy(server.getsockname()[1])
+    with socket.create_connection(("127.0.0.1", proxy.port)) as client:
+        client.sendall(b"x" * 100_000)
+        back = b""
+        while len(back) < 200_000:
+            back += client.recv(65536)
+    deadline = time.monotonic() + 5
+    while proxy.downstream < 200_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (proxy.upstream, proxy.downstream) == (100_000, 200_000)
+    proxy.close()
+    server.close()
+
+
+@pytest.mark.slow
+def test_the_compression_bench_writes_its_results(tmp_path):
+    """`python -m benchmarks.service_compression --quick`: both modes measured, and what
+    None sends is the decoded pixels (every byte of them passes the proxies)."""
+    import json
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.service_compression", "--quick", "--out",
+         str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "service-compression.json").read_text())
+    modes = results["modes"]
+    assert set(modes) == {"AUTO", "None"}
+    pixels = 224 * 224 * 3
+    assert pixels <= modes["None"]["bytes_per_image"] <= 1.05 * pixels
+    assert modes["AUTO"]["bytes_per_image"] < modes["None"]["bytes_per_image"]
+    assert (tmp_path / "service-compression.md").read_text().startswith("# tf.data service")

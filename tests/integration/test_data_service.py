@@ -43,15 +43,71 @@ def _ids(dataset, take=None, on_batch=None):
     return seen
 
 
-def test_workers_read_every_record_exactly_once(numbered):
+#: Workers at addresses of their own, not the trainer's (127.0.0.1): static sharding, which TF
+#: documents for clients reading from their local worker only, read from remote workers.
+OTHER_HOSTS = ["127.0.0.2", "127.0.0.3"]
+
+
+def test_workers_on_other_addresses_read_every_record_exactly_once(numbered):
     one_pass = ReaderConfig(batch_size=128, repeat=False)
     expected = _ids(dataset_for_split(numbered, "train", one_pass))
     assert len(expected) > ROWS // 2 and set(expected.values()) == {1}
-    with LocalDataService(workers=2) as service:
+    with LocalDataService(workers=2, hosts=OTHER_HOSTS) as service:
+        assert service.worker_address(1).startswith("127.0.0.3:")
         served = _ids(dataset_for_split(numbered, "train", one_pass, service=service.address))
     assert served == expected
     # every process left on SIGTERM with 0: no TF 2.21 destructor crash
     assert service.exit_codes == {"dispatcher": 0, "worker-0": 0, "worker-1": 0}
+
+
+def test_each_worker_draws_seeds_of_its_own_and_the_same_each_run():
+    """One graph runs on every worker; reader.make_dataset seeds each worker's part by the
+    worker's index (service.worker_seeded): two workers draw different streams (file order,
+    shuffles, crop windows), and the same ones again on the next run."""
+    import tensorflow as tf
+
+    from tfrecord_suite.train.service import distribute, worker_seeded
+
+    def drawn(address):
+        ds = worker_seeded(
+            lambda seed: tf.data.Dataset.random(seed=seed).take(4).map(lambda v: (seed, v)), 42
+        )
+        by_seed = collections.defaultdict(list)
+        for seed, value in distribute(ds, address).as_numpy_iterator():
+            by_seed[int(seed)].append(int(value))
+        return dict(by_seed)
+
+    with LocalDataService(workers=2, hosts=OTHER_HOSTS) as service:
+        first, again = drawn(service.address), drawn(service.address)
+    assert sorted(first) == [42 + 1_000_003, 42 + 2 * 1_000_003]  # worker 0, worker 1
+    streams = list(first.values())
+    assert streams[0] != streams[1] and first == again
+
+
+def test_a_dispatcher_killed_mid_pass_resumes_from_its_journal(numbered, record_property):
+    """The dispatcher SIGKILLed mid-pass and started again at its port with its journal on
+    disk (what a StatefulSet does with its pod and volume claim): the pass goes on to the end
+    and every record arrives at least once."""
+    one_pass = ReaderConfig(batch_size=64, repeat=False)
+    expected = set(_ids(dataset_for_split(numbered, "train", one_pass)))
+    with LocalDataService(workers=2, hosts=OTHER_HOSTS) as service:
+        victim = service.pids()["dispatcher"]
+        killed = []
+
+        def kill_once(n, seen):
+            if not killed and n == 20:
+                killed.append(n)
+                os.kill(victim, signal.SIGKILL)
+
+        served = _ids(
+            dataset_for_split(numbered, "train", one_pass, service=service.address),
+            on_batch=kill_once,
+        )
+        assert killed and service.dispatcher_restarts == 1
+        assert service.pids()["dispatcher"] != victim
+        assert os.listdir(service.journal)  # what it resumed from
+    assert set(served) == expected
+    record_property("repeated", sum(served.values()) - len(expected))
 
 
 def _ids_of_files(ref, split, config, keep):
@@ -92,6 +148,42 @@ def test_a_worker_killed_mid_pass_is_restarted_and_no_record_is_lost(numbered):
     assert sum(served.values()) > len(expected)
 
 
+def test_training_with_a_worker_killed_mid_epoch_sees_every_example(numbered, record_property):
+    """A model trains on one epoch read through two workers at other addresses; worker-0 is
+    SIGKILLed once it has delivered examples of its own files, and comes back at its address:
+    every example is trained on at least once, and the repeats are worker-0's share read again
+    from its start (reported as the test's "repeated" property)."""
+    import keras
+    import tensorflow as tf
+
+    reg, dataset, version = Registry.resolve_ref(numbered)
+    manifest = reg.manifest(dataset, version)
+    files = shard_uris(manifest, reg.version_dir(dataset, version), "train")
+    schema = Schema.from_dict(manifest.schema)
+    one_epoch = ReaderConfig(batch_size=64, repeat=False)
+    expected = set(_ids(make_dataset(files, schema, one_epoch)))
+    worker_0_ids = _ids_of_files(numbered, "train", one_epoch, lambda i: i % 2 == 0)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    trained, killed = collections.Counter(), []
+    with LocalDataService(workers=2, hosts=OTHER_HOSTS) as service:
+        victim = service.pids()["worker-0"]
+        served = make_dataset(files, schema, one_epoch, service=service.address)
+        for features, label in served:
+            model.train_on_batch(tf.reshape(tf.cast(features["x"], tf.float32), (-1, 1)), label)
+            trained.update(features["id"].numpy().ravel().tolist())
+            if not killed and trained.keys() & worker_0_ids:
+                killed.append(sum(trained.values()))
+                os.kill(victim, signal.SIGKILL)
+        assert killed and service.restarts == 1
+    assert set(trained) == expected  # every example at least once
+    repeated = sum(trained.values()) - len(expected)
+    record_property("repeated", repeated)
+    # worker-0 starts its share again: at least what it had delivered comes twice, never more
+    # than its whole share
+    assert 0 < repeated <= len(worker_0_ids), (repeated, killed)
+
+
 def test_train_step_trains_through_local_workers(numbered, tmp_path):
     metrics = run_train(
         TrainConfig(
@@ -125,3 +217,24 @@ def test_two_trainer_processes_read_through_one_shared_service(published_digits,
         assert service.restarts == 0
     assert outs[0]["replicas"] == 2 and outs[0]["weights_digest"] == outs[1]["weights_digest"]
     assert outs[0]["input"]["service"] == {"input_service": service.address}
+
+
+def test_fewer_files_than_workers_fail_the_first_batch_as_documented(tmp_path):
+    """Through grpc:// (no worker count to check against beforehand): one file for two
+    workers fails the first batch with TF's FILE-sharding error, as the how-to quotes it."""
+    import tensorflow as tf
+
+    csv = write_csv(str(tmp_path / "rows.csv"), ["id", "label"],
+                    [[i, "ab"[i % 2]] for i in range(200)])  # fmt: skip
+    run_shard(ShardConfig(input=csv, output=str(tmp_path / "staged"), label="label",
+                          num_shards=1, splits="train=1"))  # fmt: skip
+    registry = Registry(str(tmp_path / "registry"))
+    ref = f"{registry.root}/rows@{registry.publish(str(tmp_path / 'staged'), 'rows').version}"
+    with LocalDataService(workers=2) as service:
+        ds = dataset_for_split(ref, "train", ReaderConfig(batch_size=50), service=service.address)
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=r"Could not apply FILE based sharding: the dataset only has 1 file\(s\), "
+            r"which is not enough for the required 2 shards/workers",
+        ):
+            next(iter(ds))

@@ -27,7 +27,7 @@ def test_publish_verify_alias_survive_injected_faults(tmp_path, fake_gcs_server)
         assert reg.publish(staged[0], "rows").created is False  # idempotent through faults too
         for v in versions:
             assert reg.verify("rows", v)["ok"]
-        reg.set_alias("rows", "stable", "1.1.0", expected=None)
+        reg.set_alias("rows", "stable", "1.1.0", expected="1.0.0")
         assert str(reg.resolve("rows", "stable")) == "1.1.0"
         faults = dict(proxy.faults)
         FAULT_FIGURES.update(requests=proxy.requests, **faults)

@@ -35,7 +35,7 @@ def gcs(tmp_path_factory):
 def test_the_train_step_reads_a_gs_version_through_tensorflows_filesystem(
     gcs, penguins_csv, tmp_path, monkeypatch
 ):
-    from fakes.fakek8s import Artifact
+    from fakes.artifacts import Artifact
     from tfrecord_suite.io import storage
     from tfrecord_suite.kfp import tasks
     from tfrecord_suite.registry.manifest import Manifest
@@ -74,7 +74,7 @@ def test_the_train_step_reads_a_gs_version_through_tensorflows_filesystem(
     out = tmp_path / "train"
     code = (
         f"import json, sys; sys.path[:0] = [{os.path.join(HERE, '..')!r}]\n"
-        "from fakes.fakek8s import train_step\n"
+        "from fakes.artifacts import train_step\n"
         f"artifacts = train_step({ref!r}, {str(out)!r}, dataset_digest={digest!r}, epochs=2,"
         " batch_size=16, learning_rate=0.01)\n"
         "print(json.dumps({'metrics': artifacts['metrics'].logged,"

@@ -1,7 +1,10 @@
 """Change-triggered retraining: the input fingerprint, and submitting only on new data (the
 manifests that run it are tested in test_k8s_manifests.py)."""
 
+import json
 import os
+import shutil
+import sys
 import time
 
 import pytest
@@ -103,3 +106,212 @@ def test_retrain_submits_only_when_the_input_changed(tmp_path):
         submit=submit,
     )
     assert forced["submitted"]
+
+
+# ----------------------------------------------- what the CronJob and CI compile and upload
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _edited_k8s(tmp_path, bucket):
+    """A copy of k8s/ with every value a user sets for retraining changed in its one place:
+    the registry and tag in k8s/images, the rest in k8s/base/retrain.yaml."""
+    import yaml
+
+    copy = tmp_path / "repo" / "k8s"
+    shutil.copytree(os.path.join(ROOT, "k8s"), copy)
+    component = copy / "images" / "kustomization.yaml"
+    images = yaml.safe_load(component.read_text())
+    for image in images["images"]:
+        image["newName"] = image["name"].replace("ghcr.io/tfrecord-suite", "eu.gcr.io/acme/ml")
+        image["newTag"] = "2026.11"
+    component.write_text(yaml.safe_dump(images))
+    settings_file = copy / "base" / "retrain.yaml"
+    settings = yaml.safe_load(settings_file.read_text())
+    settings.update(
+        {
+            "input": f"{bucket}/raw/rows.csv",
+            "registry": f"{bucket}/registry",
+            "dataset": "rows",
+            "accelerator-type": "nvidia-l4",
+            "accelerator-count": 2,
+            "image-pull-secrets": "regcred",
+            "storage-secret": "bucket-key",
+        }
+    )
+    settings["params"] = {**settings["params"], "label": "label", "epochs": 7,
+                          "learning_rate": 0.02}  # fmt: skip
+    settings_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return copy
+
+
+def _check_upload(upload, platform):
+    executors = upload["deploymentSpec"]["executors"]
+    for name, executor in executors.items():
+        image = executor["container"]["image"]
+        assert image.startswith("eu.gcr.io/acme/ml/") and image.endswith(":2026.11"), name
+    assert executors["exec-train"]["container"]["image"] == (
+        "eu.gcr.io/acme/ml/tfrecord-suite-gpu:2026.11"
+    )
+    assert executors["exec-train"]["container"]["resources"]["accelerator"]["resourceCount"] == "2"
+    k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert k8s["exec-train"]["nodeSelector"]["labels"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-l4"
+    }
+    for name, executor in k8s.items():  # the Secrets reach every step
+        assert [s["secretName"] for s in executor["imagePullSecret"]] == ["regcred"], name
+        assert [s["secretName"] for s in executor["secretAsVolume"]] == ["bucket-key"], name
+
+
+@pytest.mark.gcs
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
+def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say(
+    tmp_path, gcs_bucket, monkeypatch
+):
+    """Retraining compiles what the user deployed. The CronJob as kustomize renders it (its
+    args and environment as the kubelet expands them, its settings ConfigMap as mounted) and
+    the CI workflow's command (as bash runs it from the repository root) both upload a pipeline
+    on k8s/images' registry and tag, placed and with the Secrets and parameters of
+    k8s/base/retrain.yaml, and it is the same pipeline: the same version."""
+    import subprocess
+
+    import yaml
+    from click.testing import CliRunner
+
+    from fakes import manifests
+    from fakes.fakekfp import FakeKfp
+    from tfrecord_suite.cli.main import main
+    from tfrecord_suite.io import storage
+
+    monkeypatch.setattr(
+        "tfrecord_suite.kfp.endpoint.POD_NAMESPACE_FILE", str(tmp_path / "no-namespace")
+    )
+    storage.write_text(f"{gcs_bucket}/raw/rows.csv", "x,label\n1,a\n2,b\n3,a\n")
+    k8s = _edited_k8s(tmp_path, gcs_bucket)
+    docs = manifests.render_dir(str(k8s / "overlays" / "standalone"))
+    (cron,) = [d for d in docs if d["kind"] == "CronJob"]
+    pod = manifests.pod_spec(cron)
+    (container,) = pod["containers"]
+    # the ConfigMap, mounted where the pod mounts it
+    mounted = tmp_path / "mounted"
+    for mount in container["volumeMounts"]:
+        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        if "configMap" in volume:
+            (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"
+                             and d["metadata"]["name"] == volume["configMap"]["name"]]  # fmt: skip
+            folder = mounted / mount["mountPath"].lstrip("/")
+            folder.mkdir(parents=True)
+            for key, text in config_map["data"].items():
+                (folder / key).write_text(text)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TFRECORD_SUITE_IMAGE"] == container["image"]  # the replacement
+    args = [manifests.expand(a, env) for a in container["args"]]
+    args = [a.replace("=/etc/", f"={mounted}/etc/") for a in args]
+    with FakeKfp() as api:
+        # only where the API is differs from the cluster's
+        result = CliRunner().invoke(main, [*args, "--host", api.url])
+        assert result.exit_code == 0, result.output
+        cron_out = json.loads(result.stdout)
+        (upload,) = [r for r in api.requests if r["path"].endswith("/upload")]
+        _check_upload(upload["uploaded"], upload["platform"])
+        (run,) = api.runs.values()
+        params = run["runtime_config"]["parameters"]
+        assert params["epochs"] == 7 and params["learning_rate"] == 0.02
+        assert params["input_uri"] == f"{gcs_bucket}/raw/rows.csv"
+
+        workflow = yaml.safe_load(open(os.path.join(ROOT, ".github", "workflows", "retrain.yml")))
+        (step,) = [s for s in workflow["jobs"]["retrain"]["steps"]
+                   if "tfrecord-suite retrain" in s.get("run", "")]  # fmt: skip
+        token = tmp_path / "kfp-token"
+        token.write_text("t")
+        ci_env = {
+            **os.environ,
+            "KFP_HOST": api.url,
+            "KFP_NAMESPACE": "",
+            "RUNNER_TEMP": str(tmp_path),
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
+            "PYTHONPATH": os.pathsep.join(sys.path),
+        }
+        proc = subprocess.run(["bash", "-ec", step["run"]], cwd=k8s.parent, env=ci_env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        ci_out = json.loads(proc.stdout)
+        assert api.errors == []
+    # the same pipeline, as a version of the same pipeline
+    assert ci_out["submitted"] and ci_out["pipeline_id"] == cron_out["pipeline_id"]
+    (ci_upload,) = [r for r in api.requests if r["path"].endswith("/upload_version")]
+    assert (ci_upload["uploaded"], ci_upload["platform"]) == (
+        upload["uploaded"],
+        upload["platform"],
+    )
+    assert len(api.runs) == 2
+
+
+#: The (resource, verb) on pipelines.kubeflow.org the KFP API server authorizes each request
+#: of `retrain` with in multi-user mode (backend/src/apiserver/server/: pipeline_server.go
+#: listPipelines, listPipelineVersions and getPipeline; pipeline_upload_server.go
+#: uploadPipeline and uploadPipelineVersion; experiment_server.go listExperiments and
+#: createExperiment; run_server.go createRun and getRun). healthz is not authorized.
+KFP_AUTHZ = {
+    ("GET", "/apis/v2beta1/healthz"): None,
+    ("GET", "/apis/v2beta1/pipelines"): ("pipelines", "list"),
+    ("GET", "/apis/v2beta1/pipelines/*/versions"): ("pipelines", "list"),
+    ("GET", "/apis/v2beta1/pipelines/*"): ("pipelines", "get"),
+    ("POST", "/apis/v2beta1/pipelines/upload"): ("pipelines", "create"),
+    ("POST", "/apis/v2beta1/pipelines/upload_version"): ("pipelines", "create"),
+    ("GET", "/apis/v2beta1/experiments"): ("experiments", "list"),
+    ("POST", "/apis/v2beta1/experiments"): ("experiments", "create"),
+    ("POST", "/apis/v2beta1/runs"): ("runs", "create"),
+    ("GET", "/apis/v2beta1/runs/*"): ("runs", "get"),
+}
+
+
+def _authz(method, path):
+    import fnmatch
+
+    for (m, pattern), need in KFP_AUTHZ.items():
+        if m == method and fnmatch.fnmatch(path, pattern) and pattern.count("/") == path.count("/"):
+            return need
+    raise AssertionError(f"no authorization rule restated for {method} {path}")
+
+
+def test_the_cronjobs_role_holds_exactly_what_retrain_asks_the_kfp_api_for(tmp_path, monkeypatch):
+    """The Role of the CronJob's account (k8s/overlays/multi-user/retrain-role.yaml) against
+    every request `retrain` makes in a profile: a first upload, a new version, an unchanged
+    version reused, with --wait: each is allowed, each rule is used, and nothing deletes,
+    archives, terminates or updates."""
+    from click.testing import CliRunner
+
+    from fakes import manifests
+    from fakes.fakekfp import FakeKfp
+    from tfrecord_suite.cli.main import main
+
+    monkeypatch.setattr("tfrecord_suite.kfp.retrain.input_changed", lambda *a: (True, "new"))
+    monkeypatch.setattr(
+        "tfrecord_suite.kfp.endpoint.POD_NAMESPACE_FILE", str(tmp_path / "no-namespace")
+    )
+    token = tmp_path / "token"
+    token.write_text("t")
+    base = ["retrain", "--input", "gs://b/raw.csv", "--registry", "gs://b/reg", "--dataset",
+            "rows", "--namespace", "team-a", "--token-file", str(token), "--wait",
+            "--timeout", "30", "--json"]  # fmt: skip
+    with FakeKfp(multi_user=True, tokens=("t",)) as api:
+        for extra in ([], ["--accelerator-type", "nvidia-l4"], []):
+            result = CliRunner().invoke(main, [*base, "--host", api.url, *extra])
+            assert result.exit_code == 0, result.output
+        used = {_authz(r["method"], r["path"]) for r in api.requests} - {None}
+    (role,) = manifests.load("overlays/multi-user/retrain-role.yaml")
+    granted = {
+        (resource, verb)
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if rule["apiGroups"] == ["pipelines.kubeflow.org"]
+    }
+    assert used <= granted, used - granted
+    assert granted <= used, f"granted but never used: {granted - used}"
+    assert not {v for _, v in granted} & {"delete", "archive", "terminate", "update", "retry"}
+    (binding,) = manifests.load("overlays/multi-user/retrain-rolebinding.yaml")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tfrecord-suite-retrain"}]

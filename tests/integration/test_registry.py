@@ -207,10 +207,14 @@ def test_aliases_compare_and_swap_and_no_lost_writes(tmp_path):
     reg = Registry(str(tmp_path / "reg"))
     reg.publish(make_staged(str(tmp_path / "a")), "rows")
     reg.publish(make_staged(str(tmp_path / "b"), n=80), "rows")
-    reg.set_alias("rows", "stable", "1.0.0", expected=None)
+    # the first version is stable; a later one only by an explicit, compare-and-swap move
+    assert str(reg.alias("rows", "stable")) == "1.0.0"
+    assert str(reg.alias("rows", "latest")) == "1.1.0"
     with pytest.raises(storage.PreconditionFailed):
         reg.set_alias("rows", "stable", "1.1.0", expected=None)
     reg.set_alias("rows", "stable", "1.1.0", expected="1.0.0")
+    assert str(reg.resolve("rows", "stable")) == "1.1.0"
+    reg.publish(make_staged(str(tmp_path / "c"), n=90), "rows")  # 1.2.0 leaves stable alone
     assert str(reg.resolve("rows", "stable")) == "1.1.0"
     with pytest.raises(RegistryError, match="does not exist"):
         reg.set_alias("rows", "stable", "9.9.9")
@@ -295,7 +299,8 @@ def test_concurrent_publish_and_alias_on_fake_gcs(tmp_path, strict_gcs_bucket):
     for v in reg.versions("rows"):
         reg.verify("rows", v)
     assert reg.publish(staged[0], "rows").created is False
-    reg.set_alias("rows", "stable", "1.0.0", expected=None)
+    # of racing publishers, the one that published 1.0.0 made it stable
+    assert str(reg.resolve("rows", "stable")) == "1.0.0"
     with pytest.raises(storage.PreconditionFailed):
         reg.set_alias("rows", "stable", "1.1.0", expected=None)
     assert str(reg.resolve("rows", "stable")) == "1.0.0"

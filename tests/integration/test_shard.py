@@ -111,6 +111,21 @@ def test_disk_shuffle_needs_a_local_runner(tmp_path):
     assert local.uses_disk_shuffle()
 
 
+def test_no_runner_named_runs_in_process_and_never_tries_to_download_prism(
+    tmp_path, penguins_csv, caplog
+):
+    """Beam's DirectRunner would first try Prism, downloading its binary; the step says which
+    runner it runs on instead and tries nothing else (Prism itself: tests/integration/
+    test_runners.py)."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    run_shard(ShardConfig(input=penguins_csv, output=str(tmp_path / "out")))
+    assert "running on the FnApiRunner in this process (no --prism_location)" in caplog.text
+    beam = [r.getMessage() for r in caplog.records if r.name.startswith("apache_beam")]
+    assert beam and not [m for m in beam if "prism" in m.lower()]
+
+
 def test_bad_rows_go_to_dead_letter_and_fail_past_threshold(tmp_path):
     good = [[i, f"{i * 0.1:.1f}", "a" if i % 2 else "b"] for i in range(200)]
     path = write_csv(str(tmp_path / "in.csv"), ["n", "x", "label"], good)
@@ -426,7 +441,7 @@ def test_every_kind_of_bad_record_in_the_middle_of_a_large_file(tmp_path, monkey
 
 def test_the_shard_step_resizes_images_when_the_pipeline_asks(tmp_path, digits_dir):
     """The kfp shard step's image options reach the shard step (the pipelines' image_size)."""
-    from fakes.fakek8s import Artifact
+    from fakes.artifacts import Artifact
     from tfrecord_suite.errors import RetryWillNotHelp
     from tfrecord_suite.kfp import tasks
 
@@ -447,3 +462,31 @@ def test_the_shard_step_resizes_images_when_the_pipeline_asks(tmp_path, digits_d
     assert (stats["image_width"]["min"], stats["image_width"]["max"]) == (6, 6)
     with pytest.raises(RetryWillNotHelp, match="'4by6' is not HEIGHTxWIDTH"):
         shard("4by6")
+
+
+def test_key_column_splits_rows_but_is_no_model_input(tmp_path):
+    """A row id decides the split; the inferred feature config must not feed it to the model."""
+    from tfrecord_suite.train.features import infer_feature_config
+
+    path = tmp_path / "rows.csv"
+    with open(path, "w") as fh:
+        fh.write("row_id,x,color,label\n")
+        for i in range(120):
+            fh.write(f"r{i:04d},{i * 0.5},{['red', 'blue'][i % 2]},{i % 3}\n")
+    out = str(tmp_path / "out")
+    run_shard(ShardConfig(input=str(path), output=out, label="label", key_column="row_id"))
+    schema = Schema.from_json(storage.read_text(os.path.join(out, "schema.json")))
+    assert schema.feature("row_id").kind == "meta"
+    assert "row_id" not in {f.name for f in schema.input_features}
+    config = infer_feature_config(schema)
+    assert set(config.features) == {"x", "color"}
+    # the id is still in every record, for joins and lookups
+    rows = read_all(out, "train") + read_all(out, "validation") + read_all(out, "test")
+    assert len({r["row_id"] for r in rows}) == 120
+
+
+def test_key_column_that_is_not_a_column_names_the_columns(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("a,label\n1,0\n2,1\n")
+    with pytest.raises(UserError, match=r"--key-column 'id' is not a column of the input \(a, "):
+        run_shard(ShardConfig(input=str(path), output=str(tmp_path / "o"), key_column="id"))

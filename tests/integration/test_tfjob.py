@@ -1,14 +1,23 @@
-"""The TFJob launcher: the rendered object, checked field by field and against the operator's
-OpenAPI types, and create/watch/delete/cleanup against a Kubernetes API stand-in (contract test,
-tests/fakes/fakek8s.py). The multi-worker training itself runs for real in tests/integration/test_train.py."""
+"""The TFJob launcher: the rendered object, field by field; and against the real API server
+(tests/realparts, marker ``k8s``): every TFJob it renders accepted by the Training Operator
+v1.8.1's CRD with strict field validation, broken ones refused; create, watch, report, delete,
+cancel, retry and time out, with the local operator (tests/realparts/local_operator.py) running
+the replicas as local processes with the TF_CONFIG the operator gives them and serving their logs
+to the API server as a kubelet does; API errors no healthy server answers (429, 5xx) from a
+fault-injecting proxy in front of it (tests/fakes/faultproxy.py). End to end, the train step
+with two workers trains for real through a TFJob."""
 
+import json
 import os
 import signal
+import time
 
 import pytest
+from support import api_calls, kept, launch_as
 
+from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
-from fakes.fakek8s import Artifact, FakeKubernetes, Scenario, kubeconfig, train_step, validate_tfjob
+from realparts.local_operator import LocalOperator, node_program, wait_for
 from tfrecord_suite.cli import options
 from tfrecord_suite.io import storage
 from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobError, JobLauncher, job_name
@@ -18,6 +27,7 @@ from tfrecord_suite.train.reader import ReaderConfig
 from tfrecord_suite.train.trainer import TrainConfig
 
 GPU = Placement(accelerator_type="nvidia-l4", accelerator_count=2, shm_size="16Gi", launch_job=True)
+TPU = Placement(accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tpu_topology="2x2")
 
 
 def config(**kw):
@@ -39,7 +49,6 @@ def config(**kw):
 
 def test_render_one_chief_three_workers_two_gpus_each():
     job = render_tfjob(config())
-    assert validate_tfjob(job) == []
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "TFJob")
     assert job["metadata"] == {
         "name": "tfrs-train-abc",
@@ -88,11 +97,7 @@ def test_render_one_chief_three_workers_two_gpus_each():
 
 
 def test_tpu_replicas_go_to_the_tpu_node_pool():
-    tpu = Placement(
-        accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tpu_topology="2x2"
-    )
-    job = render_tfjob(config(workers=1, placement=tpu))
-    assert validate_tfjob(job) == []
+    job = render_tfjob(config(workers=1, placement=TPU))
     assert set(job["spec"]["tfReplicaSpecs"]) == {"Chief"}
     pod = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
     assert pod["nodeSelector"] == {
@@ -102,17 +107,69 @@ def test_tpu_replicas_go_to_the_tpu_node_pool():
     assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": "4"}
 
 
-def test_schema_check_reports_bad_objects():
-    job = render_tfjob(config())
-    job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "3"
-    job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["name"] = "main"
-    job["spec"]["runPolicy"]["cleanupPolicy"] = "All"
-    del job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"]
-    problems = "\n".join(validate_tfjob(job))
-    assert ".spec.tfReplicaSpecs.Worker.replicas: expected int, got str" in problems
-    assert ".spec.runPolicy.cleanupPolicy: unknown field" in problems
-    assert "Chief: no container named 'tensorflow'" in problems
-    assert "`name`, must not be `None`" in problems
+# ------------------------------------------------------------- the real CRD judges the objects
+
+
+def _dry_run_create(k8s, namespace, job):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(k8s.api_client()).create_namespaced_custom_object(
+        TFJob.group, TFJob.version, namespace, TFJob.plural, job,
+        dry_run="All", field_validation="Strict",
+    )  # fmt: skip
+
+
+@pytest.mark.k8s
+def test_the_real_crd_accepts_every_tfjob_the_launcher_renders(k8s, k8s_namespace):
+    """Created (server-side dry run) with strict field validation, as the launcher creates
+    them: every placement, each kind of Secret, a priority class."""
+    from tfrecord_suite.launch.credentials import Credentials
+
+    variants = {
+        "cpu": config(placement=Placement()),
+        "gpu": config(),
+        "tpu": config(workers=1, placement=TPU),
+        "gcs-key": config(credentials=Credentials("gcs-sa-key", "gcs-key", "regcred")),
+        "s3-keys": config(credentials=Credentials("bucket-keys", "s3-keys")),
+        "priority": config(placement=Placement(priority_class="tfrecord-suite-gpu-training")),
+        "no-owner": config(owner=None, service_account=""),
+    }
+    for variant, cfg in variants.items():
+        cfg.namespace = k8s_namespace
+        job = render_tfjob(cfg)
+        created = _dry_run_create(k8s, k8s_namespace, job)
+        # nothing dropped: the server would store all that was sent (and its defaults)
+        assert kept(job, created) == [], variant
+
+
+BAD_TFJOBS = {
+    "unknown field": (
+        lambda job: job["spec"]["runPolicy"].update(cleanupPolicy="All"),
+        400, 'strict decoding error: unknown field "spec.runPolicy.cleanupPolicy"',
+    ),
+    "wrong type": (
+        lambda job: job["spec"]["tfReplicaSpecs"]["Worker"].update(replicas="3"),
+        422, "spec.tfReplicaSpecs.Worker.replicas in body must be of type integer",
+    ),
+    "missing field": (
+        lambda job: job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].pop("name"),
+        422, "spec.tfReplicaSpecs.Worker.template.spec.containers[0].name: Required value",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.k8s
+@pytest.mark.parametrize("case", list(BAD_TFJOBS))
+def test_the_real_crd_refuses_a_broken_tfjob(k8s, k8s_namespace, case):
+    from kubernetes.client.exceptions import ApiException
+
+    breaks, status, message = BAD_TFJOBS[case]
+    job = render_tfjob(config(namespace=k8s_namespace, owner=None))
+    breaks(job)
+    with pytest.raises(ApiException) as err:
+        _dry_run_create(k8s, k8s_namespace, job)
+    assert err.value.status == status
+    assert message in json.loads(err.value.body)["message"]
 
 
 def test_job_names_are_stable_dns_labels():
@@ -120,101 +177,195 @@ def test_job_names_are_stable_dns_labels():
     assert a == b and a != job_name("run-2") and len(a) <= 63 and a.islower()
 
 
-def test_success_polls_reports_and_deletes():
-    steps = [("Created", ""), ("Running", ""), ("Running", ""), ("Succeeded", "done")]
-    with FakeKubernetes(Scenario(steps)) as k8s:
-        result = JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
-        assert result["state"] == "Succeeded"
-        assert sorted(result["replicas"]) == ["chief-0", "worker-0", "worker-1", "worker-2"]
-        assert "epoch 1/1" in result["replicas"]["chief-0"]["log"]
-        assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
-        gets = [p for m, p in k8s.requests if m == "GET" and p.endswith("/tfjobs/tfrs-train-abc")]
-        assert len(gets) == 4
+# ------------------------------------------------------------------------------ lifecycle
 
 
-def test_failing_replica_fails_the_task_with_its_error():
-    log = "Traceback (most recent call last):\nValueError: --epochs must be at least 1\n"
-    scenario = Scenario(
-        [("Running", ""), ("Failed", "TFJob has failed because 1 Worker replica(s) failed.")],
-        fail_replica="worker-1",
-        fail_log=log,
-    )
-    with FakeKubernetes(scenario) as k8s:
+def _live(runner, **kw):
+    """A job config in the runner's namespace, polled every 0.2 s, owned by nobody (an owner
+    that does not exist would make the garbage collector delete the job at once)."""
+    return config(namespace=runner.namespace, owner=None, service_account="", poll_seconds=0.2,
+                  **kw)  # fmt: skip
+
+
+def _job(k8s, namespace, name="tfrs-train-abc"):
+    """The TFJob as the server holds it (None once deleted)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return client.CustomObjectsApi(k8s.api_client()).get_namespaced_custom_object(
+            TFJob.group, TFJob.version, namespace, TFJob.plural, name
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _deleted(k8s, runner):
+    """Wait until the TFJob is gone (foreground: its pods first); the runner's delete calls."""
+    wait_for(lambda: _job(k8s, runner.namespace) is None, what="the TFJob deleted")
+    return [c[1] for c in api_calls(k8s, runner.user, "tfjobs") if c[0] == "delete"]
+
+
+NODE_OK = "{node}: epoch 1/1\n{node}: done\n"
+TRACEBACK = "Traceback (most recent call last):\nValueError: --epochs must be at least 1\n"
+
+
+@pytest.mark.k8s
+def test_success_polls_reports_and_deletes(k8s, k8s_runner, tmp_path):
+    program = lambda node: node_program(NODE_OK.format(node=node))  # noqa: E731
+    with LocalOperator(k8s, k8s_runner.namespace, tmp_path, program=program):
+        result = JobLauncher(TFJob, k8s_runner.api).run(_live(k8s_runner))
+    assert result["state"] == "Succeeded"
+    assert sorted(result["replicas"]) == ["chief-0", "worker-0", "worker-1", "worker-2"]
+    assert result["replicas"]["worker-1"]["pod"] == "tfrs-train-abc-worker-1"
+    # each replica's log, read through the API server (pods/log) from its process
+    assert result["replicas"]["chief-0"]["log"] == NODE_OK.format(node="chief-0")
+    gets = [c for c in api_calls(k8s, k8s_runner.user, "tfjobs") if c[0] == "get"]
+    assert len(gets) >= 1 and {c[1] for c in gets} == {200}  # polled until it succeeded
+    assert _deleted(k8s, k8s_runner) == [200]
+
+
+@pytest.mark.k8s
+def test_failing_replica_fails_the_task_with_its_error(k8s, k8s_runner, tmp_path):
+    ns = k8s_runner.namespace
+
+    def program(node):  # worker-1 fails; the others train on until the job is deleted
+        if node == "worker-1":
+            return node_program("starting\n" + TRACEBACK, 1)
+        return node_program("training\n", None)
+
+    with LocalOperator(k8s, ns, tmp_path, program=program):
         with pytest.raises(JobError) as err:
-            JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
+            JobLauncher(TFJob, k8s_runner.api).run(_live(k8s_runner))
         text = str(err.value)
-        assert "1 Worker replica(s) failed" in text
+        assert f"TFJob {ns}/tfrs-train-abc has failed because 1 Worker replica(s) failed" in text
         assert "worker-1 (pod tfrs-train-abc-worker-1, phase Failed, exit code 1)" in text
         assert "ValueError: --epochs must be at least 1" in text
         assert "chief-0" not in text  # only the failing replica's log
-        assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
-    with FakeKubernetes(scenario) as k8s:
+        assert _deleted(k8s, k8s_runner) == [200]
+
+        # kept on failure: the job and its pods stay for inspection
         with pytest.raises(JobError):
-            JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(
-                config(keep_on_failure=True)
-            )
-        assert k8s.deleted == [] and ("ml", "tfrs-train-abc") in k8s.jobs
+            JobLauncher(TFJob, k8s_runner.api).run(_live(k8s_runner, keep_on_failure=True))
+        assert _job(k8s, ns)["status"]["replicaStatuses"]["Worker"]["failed"] == 1
+        deletes = [c for c in api_calls(k8s, k8s_runner.user, "tfjobs") if c[0] == "delete"]
+        assert len(deletes) == 1  # the first run's
 
 
-def test_cancellation_deletes_the_job_even_when_keeping_failures():
+@pytest.mark.k8s
+def test_cancellation_deletes_the_job_even_when_keeping_failures(k8s, k8s_runner, tmp_path):
     calls = []
 
-    def sleep(_):
+    def sleep(seconds):
         calls.append(1)
         if len(calls) == 3:
             os.kill(os.getpid(), signal.SIGTERM)  # what kfp does to a cancelled task's pod
+        time.sleep(seconds)
 
-    with FakeKubernetes(Scenario([("Running", "")])) as k8s:
+    with LocalOperator(
+        k8s, k8s_runner.namespace, tmp_path, program=lambda n: node_program("", None)
+    ):
         before = signal.getsignal(signal.SIGTERM)
         with pytest.raises(JobCancelled):
-            JobLauncher(TFJob, k8s.api_client(), sleep=sleep).run(config(keep_on_failure=True))
-        assert k8s.deleted == [("ml", "tfrs-train-abc", "Foreground")]
+            JobLauncher(TFJob, k8s_runner.api, sleep=sleep).run(
+                _live(k8s_runner, keep_on_failure=True)
+            )
         assert signal.getsignal(signal.SIGTERM) is before
+        assert _deleted(k8s, k8s_runner) == [200]
 
 
-def test_transient_api_errors_are_retried():
-    with FakeKubernetes(Scenario([("Succeeded", "")]), errors=[503, 429, 500]) as k8s:
-        result = JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
-        assert result["state"] == "Succeeded"
-        assert [m for m, _ in k8s.requests[:4]] == ["POST"] * 4
+@pytest.mark.k8s
+def test_transient_api_errors_are_retried(k8s, k8s_runner, tmp_path):
+    """503, 429 and 500 (which a healthy API server never answers) from a proxy in front of the
+    real one, to the launcher's first calls: retried, and the job created once."""
+    from kubernetes import client
+
+    from fakes.faultproxy import FaultProxy
+
+    with (
+        FaultProxy(
+            k8s.url, every=0, first=("503", "429", "500"), ca_file=str(k8s.ca_file)
+        ) as proxy,
+        LocalOperator(k8s, k8s_runner.namespace, tmp_path, program=lambda n: node_program()),
+    ):
+        configuration = client.Configuration()
+        configuration.host = proxy.url
+        configuration.api_key = dict(k8s_runner.api.configuration.api_key)
+        result = JobLauncher(TFJob, client.ApiClient(configuration)).run(_live(k8s_runner))
+    assert result["state"] == "Succeeded"
+    assert proxy.faults == {"503": 1, "429": 1, "500": 1}
+    # what reached the server: one create, after the three answered by the proxy
+    assert [c[:2] for c in api_calls(k8s, k8s_runner.user, "tfjobs") if c[0] == "create"] == [
+        ("create", 201)
+    ]
 
 
-def test_timeout_gives_up_and_cleans_up():
+@pytest.mark.k8s
+def test_timeout_gives_up_and_cleans_up(k8s, k8s_runner, tmp_path):
     now = [0.0]
 
-    def sleep(s):
+    def sleep(seconds):
         now[0] += 60
+        time.sleep(seconds)
 
-    with FakeKubernetes(Scenario([("Running", "")])) as k8s:
-        launcher = JobLauncher(TFJob, k8s.api_client(), sleep=sleep, clock=lambda: now[0])
+    with LocalOperator(
+        k8s, k8s_runner.namespace, tmp_path, program=lambda n: node_program("", None)
+    ) as operator:
+        launcher = JobLauncher(TFJob, k8s_runner.api, sleep=sleep, clock=lambda: now[0])
         with pytest.raises(JobError, match="TimedOut: not finished after 300 s"):
-            launcher.run(config(timeout_seconds=300))
-        assert k8s.deleted
+            launcher.run(_live(k8s_runner, timeout_seconds=300))
+        assert _deleted(k8s, k8s_runner) == [200]
+        # and the replicas with it: the garbage collector deleted their pods
+        (job,) = operator.jobs.values()
+        wait_for(lambda: all(n.process.poll() is not None for n in job.nodes), what="stopped")
 
 
-def test_retried_task_adopts_its_own_job_but_not_another_runs():
-    with FakeKubernetes(Scenario([("Running", ""), ("Succeeded", "")])) as k8s:
-        k8s.jobs[("ml", "tfrs-train-abc")] = render_tfjob(config())  # from the first attempt
-        result = JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
+@pytest.mark.k8s
+def test_retried_task_adopts_its_own_job_but_not_another_runs(k8s, k8s_runner, tmp_path):
+    from kubernetes import client
+
+    ns = k8s_runner.namespace
+    custom = client.CustomObjectsApi(k8s.api_client())
+
+    def earlier(**kw):  # what a first attempt created
+        return custom.create_namespaced_custom_object(
+            TFJob.group, TFJob.version, ns, TFJob.plural, render_tfjob(_live(k8s_runner, **kw))
+        )
+
+    with LocalOperator(k8s, ns, tmp_path, program=lambda n: node_program()) as operator:
+        first = earlier()
+        result = JobLauncher(TFJob, k8s_runner.api).run(_live(k8s_runner))
         assert result["state"] == "Succeeded"
-    with FakeKubernetes(Scenario([("Running", "")])) as k8s:
-        k8s.jobs[("ml", "tfrs-train-abc")] = render_tfjob(config(run_id="someone-else"))
-        with pytest.raises(JobError, match="belongs to another run"):
-            JobLauncher(TFJob, k8s.api_client(), sleep=lambda s: None).run(config())
-        assert ("ml", "tfrs-train-abc") in k8s.jobs  # not ours: left alone
+        assert list(operator.jobs) == [first["metadata"]["uid"]]  # adopted, not made again
+    assert _deleted(k8s, k8s_runner) == [200]
+    earlier(run_id="someone-else")
+    with pytest.raises(JobError, match="belongs to another run"):
+        JobLauncher(TFJob, k8s_runner.api).run(_live(k8s_runner))
+    assert _job(k8s, ns) is not None  # not ours: left alone
+    assert [c[1] for c in api_calls(k8s, k8s_runner.user, "tfjobs") if c[0] == "create"] == [
+        409,
+        409,
+    ]
 
 
-def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
+# ------------------------------------------------------------------------------ kfp train step
+
+
+@pytest.mark.k8s
+def test_train_task_with_workers_launches_a_tfjob(k8s, k8s_runner, tmp_path, monkeypatch):
     """The kfp train step's multi-worker path: kubeconfig client, TFJob args and image, the
     chief writing under the registry (replicas cannot reach the step's disk), and the model,
     metrics and report copied into the artifact's local path for Kubeflow to keep."""
     registry = str(tmp_path / "reg")
     shared = os.path.join(registry, "_runs", job_name("run-9"), "model")
 
-    # a cluster with only the Training Operator v1: launcher auto falls back to TFJob
-    with FakeKubernetes(Scenario([("Succeeded", "")]), serves=("tfjobs",)) as k8s:
-        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
-        monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
+    # --launcher tfjob (auto picks it on a cluster with only the Training Operator v1:
+    # test_trainjob.py test_discovery_picks_what_the_cluster_serves)
+    launch_as(monkeypatch, tmp_path, k8s_runner)
+    with LocalOperator(k8s, k8s_runner.namespace, tmp_path / "nodes",
+                       program=lambda n: node_program()) as operator:  # fmt: skip
         # what the chief writes at the end of a real run (tests/integration/test_train.py runs one)
         write_chief_outputs(shared, replicas=3, accuracy=0.9, per_second=123.4)
         storage.write_text(os.path.join(shared, "checkpoints", "ckpt-1"), "stays behind")
@@ -232,9 +383,11 @@ def test_train_task_with_workers_launches_a_tfjob(tmp_path, monkeypatch):
             placement=GPU.to_json(),
             run_id="run-9",
             trainer_image="registry.example.com/team/tfrecord-suite-gpu:v7",
+            launcher="tfjob",
         )["metrics"]
-        (job,) = k8s.created
-        assert k8s.deleted == [("ml", job_name("run-9"), "Foreground")]
+        (job,) = [j.object for j in operator.jobs.values()]
+    assert job["metadata"]["name"] == job_name("run-9")
+    assert _deleted(k8s, k8s_runner) == [200]
     assert job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2
     chief = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
     assert chief["image"] == "registry.example.com/team/tfrecord-suite-gpu:v7"
@@ -283,22 +436,18 @@ def test_trainer_args_round_trip_through_the_cli():
     assert seen["config"] == cfg
 
 
+@pytest.mark.k8s
 @pytest.mark.slow
 def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
-    published_digits, tmp_path, monkeypatch
+    k8s, k8s_runner, published_digits, tmp_path, monkeypatch
 ):
-    """The kfp train step with workers=2: launcher -> TFJob -> a stand-in operator that runs the
-    chief and the worker as real processes with TF_CONFIG (MultiWorkerMirroredStrategy on
-    127.0.0.1) -> the chief's model and metrics fill the step's artifacts."""
-    import sys
-
-    from fakes.fakek8s import LocalOperator
-
-    operator = LocalOperator([sys.executable, "-m", "tfrecord_suite.cli"], dict(os.environ))
+    """The kfp train step with workers=2: launcher -> TFJob on the real server -> the local
+    operator runs the chief and the worker as real processes with TF_CONFIG
+    (MultiWorkerMirroredStrategy on 127.0.0.1) -> the chief's model and metrics fill the step's
+    artifacts."""
+    launch_as(monkeypatch, tmp_path, k8s_runner)
     model_dir = str(tmp_path / "model")  # where train_step puts the model artifact
-    with FakeKubernetes(operator, log_dir=str(tmp_path)) as k8s:
-        monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, k8s.url))
-        monkeypatch.setattr("tfrecord_suite.launch.job.current_namespace", lambda: "ml")
+    with LocalOperator(k8s, k8s_runner.namespace, tmp_path / "nodes") as operator:
         out = train_step(
             published_digits["ref"],
             tmp_path,
@@ -310,7 +459,12 @@ def test_train_step_with_two_workers_trains_for_real_through_the_launcher(
             launcher="tfjob",
         )
         model, metrics, cm = out["model"], out["metrics"], out["classification_metrics"]
-        assert k8s.deleted == [("ml", job_name("run-real"), "Foreground")]
+        (job,) = operator.jobs.values()
+        logs = operator.logs()
+    assert (job.kind, job.name) == ("TFJob", job_name("run-real"))
+    assert _deleted(k8s, k8s_runner) == [200]
+    assert sorted(n.name for n in job.nodes) == ["chief-0", "worker-0"]
+    assert all("CollectiveAllReduceStrategy, 2 replicas" in text for text in logs.values())
     assert model.metadata["strategy"] == "CollectiveAllReduceStrategy"  # = MultiWorkerMirrored
     assert model.metadata["replicas"] == 2
     assert os.path.isfile(os.path.join(model_dir, "export", "saved_model.pb"))

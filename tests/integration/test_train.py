@@ -173,9 +173,26 @@ def test_killed_trainer_resumes_from_backup(published_digits, tmp_path):
 def test_train_step_refuses_a_ref_whose_digest_changed(published_digits, tmp_path):
     """The kfp step is cached on (ref, digest); a ref that names other data must not train, and
     the error says that Kubeflow's retry will not help."""
-    from fakes.fakek8s import train_step
+    from fakes.artifacts import train_step
     from tfrecord_suite.errors import RetryWillNotHelp
 
     with pytest.raises(RetryWillNotHelp, match=r"expected 0000000000000000.*will not help") as err:
         train_step(published_digits["ref"], tmp_path, dataset_digest="0" * 64)
     assert isinstance(err.value.__cause__, TrainError)
+
+
+def test_a_diverging_run_fails_the_step_before_any_metric_is_logged(published_digits, tmp_path):
+    """An absurd learning rate makes the loss NaN. Logged as it was, the NaN reached the
+    executor output as bare ``NaN``, which Kubeflow's launcher cannot parse (kfp.local can): the
+    step must fail, saying why, and log nothing."""
+    from fakes.artifacts import Artifact, train_step
+    from tfrecord_suite.errors import RetryWillNotHelp
+
+    metrics = Artifact("")
+    with pytest.raises(RetryWillNotHelp, match=r"training diverged: loss was nan in epoch 1 "
+                       r"\(learning rate 1e\+12\).*will not help") as err:  # fmt: skip
+        train_step(published_digits["ref"], tmp_path, learning_rate=1e12, epochs=3, metrics=metrics)
+    assert isinstance(err.value.__cause__, TrainError)
+    assert metrics.logged == {} and metrics.metadata == {}
+    # TerminateOnNaN stopped fit in its first epoch: nothing was exported
+    assert not (tmp_path / "model" / "export").exists()

@@ -71,10 +71,12 @@ def test_a_batch_in_the_registry_is_published_in_place(tmp_path):
     result = reg.publish(batch, "rows")
     assert storage.bytes_copied() - before == 0
     new = _files(reg.root) - files_before
-    # the manifest, the latest alias, and TFDS's metadata and view of links (names, not bytes)
+    # the manifest, the aliases (a first version is also stable), and TFDS's metadata and view
+    # of links (names, not bytes)
     assert {f for f in new if not f.startswith("rows/1.0.0/tfds/")} == {
         "rows/1.0.0/manifest.json",
         "rows/aliases/latest.json",
+        "rows/aliases/stable.json",
         "rows/1.0.0/dataset_info.json",
         "rows/1.0.0/features.json",
     }
@@ -94,7 +96,11 @@ def test_on_gcs_the_manifest_is_the_only_new_object(tmp_path, gcs_bucket):
     result = Registry(root).publish(batch, "rows")
     assert storage.bytes_copied() - before == 0
     new = {f.uri for f in storage.list_files(root)} - before_objects
-    assert new == {f"{root}/rows/1.0.0/manifest.json", f"{root}/rows/aliases/latest.json"}
+    assert new == {
+        f"{root}/rows/1.0.0/manifest.json",
+        f"{root}/rows/aliases/latest.json",
+        f"{root}/rows/aliases/stable.json",  # a first version is stable
+    }
     Registry(root).verify("rows", result.version)
 
 
@@ -209,6 +215,7 @@ def test_gc_defers_freeing_data_for_the_grace_period(tmp_path):
     reg = Registry(str(tmp_path / "reg"))
     reg.publish(_shard(tmp_path, "v1", _rows(0, 100)), "rows")
     reg.publish(_shard(tmp_path, "v2", _rows(100, 200)), "rows")
+    storage.delete(reg.alias_uri("rows", "stable"))  # 1.0.0, the first version: no alias keeps it
     first = reg.gc("rows", keep_last=1, grace_seconds=3600)
     assert first.removed_versions == ["1.0.0"] and first.removed_data == []
     assert first.freed_bytes == 0
@@ -218,6 +225,7 @@ def test_a_removed_number_is_never_published_again(tmp_path):
     reg = Registry(str(tmp_path / "reg"))
     reg.publish(_shard(tmp_path, "v1", _rows(0, 100)), "rows")
     reg.publish(_shard(tmp_path, "v2", _rows(100, 200)), "rows")  # 1.1.0
+    storage.delete(reg.alias_uri("rows", "stable"))  # only latest keeps a version here
     # move latest back by hand so 1.1.0 is no alias's; then only keep 1.0.0 by age
     storage.delete(reg.alias_uri("rows", "latest"))
     reg.set_alias("rows", "latest", "1.0.0")
@@ -299,6 +307,7 @@ def test_a_format_1_version_reads_verifies_appends_and_is_collected(tmp_path):
     assert any(s["path"].startswith("1.0.0/data-0ld/") for s in appended.manifest.shards)
     reg.verify("rows", appended.version)
     assert len(_records(reg, "rows", appended.version)) == 260
+    storage.delete(reg.alias_uri("rows", "stable"))  # 1.0.0's alias, so that gc takes it
     reg.gc("rows", keep_last=1, grace_seconds=0)
     assert [str(v) for v in reg.versions("rows")] == [appended.version]
     reg.verify("rows", appended.version)  # 1.0.0 is gone, its shards stay for 1.1.0

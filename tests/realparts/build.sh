@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real parts the tests run (kube-apiserver, kube-controller-manager and etcd for the
-# `k8s` tests, SeaweedFS's `weed` for the `s3` tests) from
+# Builds the real parts the tests run (kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubectl and etcd for the `k8s` tests, SeaweedFS's `weed` for the `s3` tests) from
 # their published Go modules at the versions pinned in versions.env, once, into a cache outside the
 # repository: $TFRS_REALPARTS_CACHE (default ~/.cache/tfrecord-suite/realparts)/<name>-<version>/.
 #
@@ -10,7 +10,26 @@
 # the same release (k8s.io/api v0.36.3 for kubernetes v1.36.3). etcd's server module does the
 # same with its sibling modules.
 #
-# Usage: build.sh [kubernetes|etcd|seaweedfs|all]   (prints the folder of each part it built or found)
+# The node parts `make cluster-up` runs (tests/cluster/) are built the same way: kubelet and
+# kube-proxy from k8s.io/kubernetes (and its pause, with gcc); containerd with its runc shim;
+# runc (cgo and libseccomp, as its releases are built: the seccomp filters pods get); the CNI
+# plugins; CoreDNS; JobSet and the Kubeflow Trainer controller manager.
+#
+# Beam's Prism runner is built the same way from the Beam Go module at the Python SDK's version
+# (github.com/apache/beam/sdks/v2, command go/cmd/prism).
+#
+# Beam's Flink and Spark job servers come from Maven Central: Maven resolves the runner module and
+# its dependencies into <name>-<version>/lib, and a launcher jar of our own beside them
+# (job-server.jar: its manifest names the driver class and the jars, and opens the JDK packages
+# Spark needs on Java 17) runs as `java -jar job-server.jar`, or as Beam's
+# --flink_job_server_jar / --spark_job_server_jar. versions.env says why not Beam's own
+# *-job-server jars.
+#
+# Usage: build.sh [PART|all|runners|node]...   (prints the folder of each part it built or found)
+#   PART: etcd kubernetes crds crds-old seaweedfs prism flink spark kubernetes-node pause
+#         containerd runc cni-plugins coredns jobset trainer
+#   all: etcd, kubernetes, crds, crds-old, seaweedfs and the runners (what `make test` needs); runners:
+#   prism, flink, spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list above)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -18,11 +37,27 @@ source "$here/versions.env"
 cache=${TFRS_REALPARTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfrecord-suite/realparts}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "$cache"
+# Go's module and build caches and Maven's repository for these builds are the cache's own, and
+# are deleted once every part asked for is built: the parts take ~2 GB, what built them ~16 GB
+# more (k8s.io/kubernetes and Beam's Go module), enough to fill a CI machine's disk before the
+# image builds. A part is rebuilt only when its pin changes. TFRS_REALPARTS_KEEP_TOOL_CACHES=1
+# keeps them (faster rebuilds while changing pins).
+tools="$cache/.tools"
+export GOMODCACHE="$tools/go-mod" GOCACHE="$tools/go-build"
+prune_tool_caches() {
+  [ -n "${TFRS_REALPARTS_KEEP_TOOL_CACHES:-}" ] && return
+  [ -d "$tools" ] || [ -d "$cache/.m2" ] || return 0
+  # the module cache is read-only on purpose; `go clean -modcache` is how it is removed
+  [ -d "$GOMODCACHE" ] && go clean -modcache
+  rm -rf "$tools" "$cache/.m2"
+  log "removed the Go and Maven caches the build used (TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps them)"
+}
 
 log() { echo "realparts: $*" >&2; }
 
 # go_build NAME MODULE VERSION REPLACES PACKAGES...: builds PACKAGES into $cache/NAME-VERSION/bin
 # from a throwaway module that requires MODULE@VERSION with the given replace lines.
+# GO_BUILD_CGO (0), GO_BUILD_TAGS and GO_BUILD_LDFLAGS (e.g. -X version stamps) change the build.
 go_build() {
   local name=$1 module=$2 version=$3 replaces=$4
   shift 4
@@ -42,7 +77,10 @@ go_build() {
     for p in "$@"; do go get -tool "$p@$version" >/dev/null 2>&1 || go get -tool "$p@$version"; done
     go mod tidy >/dev/null
     mkdir -p bin
-    go build -trimpath -ldflags="-s -w" -o bin/ "$@"
+    local start=$SECONDS
+    CGO_ENABLED=${GO_BUILD_CGO:-0} go build -trimpath -tags "${GO_BUILD_TAGS:-}" \
+      -ldflags="-s -w ${GO_BUILD_LDFLAGS:-}" -o bin/ "$@"
+    log "built $name $version in $((SECONDS - start)) s"
   )
   rm -rf "$out"
   mkdir -p "$out"
@@ -53,8 +91,9 @@ go_build() {
   echo "$out"
 }
 
-kubernetes() {
-  # the staging modules k8s.io/kubernetes replaces, at the matching v0.x release
+# kubernetes_replaces: the replace block for k8s.io/kubernetes@$KUBERNETES_VERSION: the staging
+# modules it replaces, at the matching v0.x release
+kubernetes_replaces() {
   local staging_version="v0.${KUBERNETES_VERSION#v1.}" replaces=""
   local staging
   staging=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" |
@@ -63,8 +102,78 @@ kubernetes() {
   replaces="replace ("$'\n'
   for m in $staging; do replaces+="	$m => $m $staging_version"$'\n'; done
   replaces+=")"
-  go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$replaces" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  echo "$replaces"
+}
+
+kubernetes() {
+  go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+}
+
+# the node's parts from the same release; stamped with it (unstamped they report v0.0.0-master,
+# which the node's status and `kubectl version` would show)
+kubernetes_node() {
+  local v=${KUBERNETES_VERSION#v} x=k8s.io/component-base/version
+  GO_BUILD_LDFLAGS="-X $x.gitVersion=$KUBERNETES_VERSION -X $x.gitMajor=${v%%.*} \
+-X $x.gitMinor=$(echo "$v" | cut -d. -f2) -X $x.gitTreeState=clean" \
+    go_build kubernetes-node k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+}
+
+# pause: the pod sandbox's process (build/pause/linux/pause.c of the same k8s.io/kubernetes
+# release, compiled static as its Makefile does); the image tag is that Makefile's TAG
+pause() {
+  local out="$cache/pause-$KUBERNETES_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local src tag
+    src=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | module_dir)/build/pause
+    tag=$(sed -n 's/^TAG ?= *//p' "$src/Makefile")
+    rm -rf "$out" && mkdir -p "$out/bin"
+    gcc -Os -Wall -Werror -static -DVERSION="v$tag-tfrs" -o "$out/bin/pause" "$src/linux/pause.c"
+    echo "$tag" >"$out/TAG"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
+containerd() {
+  GO_BUILD_LDFLAGS="-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+    go_build containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" "" \
+    github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/v2/cmd/ctr
+}
+
+# runc filters pods' system calls with libseccomp (cgo; Debian's libseccomp-dev)
+runc() {
+  if ! pkg-config --exists libseccomp 2>/dev/null && [ ! -e /usr/include/seccomp.h ]; then
+    echo "runc needs libseccomp's headers: apt-get install libseccomp-dev" >&2
+    return 1
+  fi
+  GO_BUILD_CGO=1 GO_BUILD_TAGS="seccomp urfave_cli_no_docs" \
+    GO_BUILD_LDFLAGS="-X main.version=${RUNC_VERSION#v}" \
+    go_build runc github.com/opencontainers/runc "$RUNC_VERSION" "" github.com/opencontainers/runc
+}
+
+cni_plugins() {
+  local p=github.com/containernetworking/plugins/plugins
+  go_build cni-plugins github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION" "" \
+    $p/main/bridge $p/main/loopback $p/ipam/host-local $p/meta/portmap
+}
+
+coredns() {
+  go_build coredns github.com/coredns/coredns "$COREDNS_VERSION" "" github.com/coredns/coredns
+}
+
+# JobSet runs the Trainer's TrainJobs; the version the Trainer's go.mod requires
+jobset() {
+  go_build jobset sigs.k8s.io/jobset "$JOBSET_VERSION" "" sigs.k8s.io/jobset
+}
+
+trainer() {
+  go_build trainer github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" "" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 }
 
 etcd() {
@@ -81,6 +190,37 @@ etcd() {
   echo "$out"
 }
 
+# crds: the CustomResourceDefinitions of the job APIs the launcher creates, copied unchanged from
+# the module archives of the pinned releases (Kubeflow Trainer v2: TrainJob, TrainingRuntime,
+# ClusterTrainingRuntime; the Training Operator v1: TFJob)
+crds() {
+  local out="$cache/crds-trainer-$TRAINER_VERSION-training-operator-$TRAINING_OPERATOR_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local trainer operator
+    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | module_dir)
+    operator=$(go mod download -json \
+      "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | module_dir)
+    rm -rf "$out" && mkdir -p "$out/trainer" "$out/training-operator"
+    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+    cp "$operator/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$out/training-operator/"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
+# crds-old: the TrainJob CRDs of an older Trainer (TRAINER_OLD_VERSION), in the same layout
+crds_old() {
+  local out="$cache/crds-trainer-$TRAINER_OLD_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    local trainer
+    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_OLD_VERSION" | module_dir)
+    rm -rf "$out" && mkdir -p "$out/trainer"
+    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
 seaweedfs() {
   # SeaweedFS (Apache-2.0): one `weed` binary runs the master, volume, filer and S3 gateway. Its
   # go.mod swaps go-bip39 for the cosmos fork; published only as a pseudo-version.
@@ -89,10 +229,112 @@ seaweedfs() {
     github.com/seaweedfs/seaweedfs/weed
 }
 
-case "${1:-all}" in
-  kubernetes) kubernetes ;;
-  etcd) etcd ;;
-  seaweedfs) seaweedfs ;;
-  all) etcd && kubernetes && seaweedfs ;;
-  *) echo "usage: $0 [kubernetes|etcd|seaweedfs|all]" >&2; exit 2 ;;
-esac
+module_dir() { python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'; }
+
+prism() {
+  go_build prism github.com/apache/beam/sdks/v2 "$BEAM_VERSION" "" \
+    github.com/apache/beam/sdks/v2/go/cmd/prism
+}
+
+# maven_job_server NAME VERSION MAIN_CLASS ADD_OPENS DEPENDENCIES...: resolves DEPENDENCIES
+# (group:artifact:version) with Maven into $cache/NAME-VERSION/lib and writes job-server.jar there.
+maven_job_server() {
+  local name=$1 version=$2 main=$3 opens=$4
+  shift 4
+  local out="$cache/$name-$version"
+  if [ -f "$out/.complete" ]; then
+    echo "$out"
+    return
+  fi
+  local work deps=""
+  work=$(mktemp -d "$cache/.build-$name-XXXXXX")
+  log "resolving $name $version from Maven Central (once; cached in $out)"
+  for d in "$@"; do
+    IFS=: read -r g a v <<<"$d"
+    deps+="<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
+  done
+  cat >"$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>tfrs.local.realparts</groupId><artifactId>$name</artifactId><version>$version</version>
+  <packaging>pom</packaging>
+  <dependencies>$deps</dependencies>
+</project>
+POM
+  # Maven's own repository inside the cache: one folder to delete, nothing left in ~/.m2
+  (cd "$work" && mvn -B -q -Dmaven.repo.local="$cache/.m2" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$work/lib")
+  python3 - "$work" "$main" "$opens" <<'PY'
+import os, sys, zipfile
+work, main, opens = sys.argv[1:]
+jars = sorted(os.listdir(os.path.join(work, "lib")))
+attributes = [("Manifest-Version", "1.0"), ("Main-Class", main),
+              ("Class-Path", " ".join(f"lib/{j}" for j in jars))]
+if opens:
+    attributes.append(("Add-Opens", opens))
+lines = []
+for key, value in attributes:
+    line = f"{key}: {value}".encode()
+    # manifest lines are at most 72 bytes; a continuation line starts with one space
+    lines.append(line[:72])
+    lines += [b" " + line[i : i + 71] for i in range(72, len(line), 71)]
+with zipfile.ZipFile(os.path.join(work, "job-server.jar"), "w") as jar:
+    jar.writestr("META-INF/MANIFEST.MF", b"\r\n".join(lines) + b"\r\n")
+PY
+  rm -rf "$out"
+  mkdir -p "$out"
+  mv "$work/lib" "$work/job-server.jar" "$work/pom.xml" "$out/"
+  rm -rf "$work"
+  touch "$out/.complete"
+  echo "$out"
+}
+
+flink() {
+  maven_job_server beam-flink-job-server "$BEAM_JOB_SERVER_VERSION-flink-$FLINK_RUNNER" \
+    org.apache.beam.runners.flink.FlinkJobServerDriver "" \
+    "org.apache.beam:beam-runners-flink-$FLINK_RUNNER:$BEAM_JOB_SERVER_VERSION"
+}
+
+spark() {
+  local s="org.apache.spark" opens="" p
+  # what Spark's own launcher opens on Java 17 (JavaModuleOptions), for the embedded local[N]
+  for p in java.lang java.lang.invoke java.lang.reflect java.io java.net java.nio java.util \
+    java.util.concurrent java.util.concurrent.atomic sun.nio.ch sun.nio.cs sun.security.action \
+    sun.util.calendar; do
+    opens+="java.base/$p "
+  done
+  maven_job_server beam-spark-job-server "$BEAM_JOB_SERVER_VERSION-spark-$SPARK_VERSION" \
+    org.apache.beam.runners.spark.SparkJobServerDriver "${opens% }" \
+    "org.apache.beam:beam-runners-spark-3:$BEAM_JOB_SERVER_VERSION" \
+    "$s:spark-core_2.12:$SPARK_VERSION" "$s:spark-streaming_2.12:$SPARK_VERSION" \
+    "$s:spark-sql_2.12:$SPARK_VERSION" "org.slf4j:slf4j-api:$SPARK_SLF4J_VERSION"
+}
+
+for part in "${@:-all}"; do
+  case "$part" in
+    kubernetes) kubernetes ;;
+    etcd) etcd ;;
+    crds) crds ;;
+    crds-old) crds_old ;;
+    seaweedfs) seaweedfs ;;
+    prism) prism ;;
+    flink) flink ;;
+    spark) spark ;;
+    runners) prism && flink && spark ;;
+    all) etcd && kubernetes && crds && crds_old && seaweedfs && prism && flink && spark ;;
+    kubernetes-node) kubernetes_node ;;
+    pause) pause ;;
+    containerd) containerd ;;
+    runc) runc ;;
+    cni-plugins) cni_plugins ;;
+    coredns) coredns ;;
+    jobset) jobset ;;
+    trainer) trainer ;;
+    node)
+      etcd && kubernetes && crds && kubernetes_node && pause && containerd && runc &&
+        cni_plugins && coredns && jobset && trainer
+      ;;
+    *) echo "usage: $0 [PART|all|runners|node]... (see the top of this file)" >&2; exit 2 ;;
+  esac
+done
+prune_tool_caches

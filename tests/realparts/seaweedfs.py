@@ -3,7 +3,7 @@
 ``weed server`` runs a master, a volume server, a filer and the S3 gateway in one process, bound
 to 127.0.0.1 on free ports, with one identity (an access key and a secret) allowed everything.
 SeaweedFS is what a Kubeflow installation ships as its object store (formerly MinIO). The binary
-comes from ``build.sh seaweedfs`` (``make realparts-s3`` builds it before the tests; the version
+comes from ``build.sh seaweedfs`` (``make test`` builds it with the other real parts; the version
 is pinned in versions.env), cached outside the repository.
 
 Clients reach it the way a Kubeflow step does, through boto3's environment
@@ -128,7 +128,7 @@ def seaweedfs(folder: str, binary: str | None = None, timeout: float = 60.0) -> 
     """SeaweedFS on free loopback ports, its data and log under ``folder``, until the exit."""
     binary = binary or weed_binary()
     if binary is None:
-        raise FileNotFoundError("no weed binary: run `make realparts-s3` (needs Go)")
+        raise FileNotFoundError("no weed binary: run `make real-parts-s3` (needs Go)")
     os.makedirs(folder, exist_ok=True)
     names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3")
     ports = {name: free_port() for name in (*names, "s3_grpc")}

@@ -4,6 +4,7 @@ import os
 import re
 
 import pytest
+from support import cached_against_policy
 
 from tfrecord_suite.kfp import catalog
 from tfrecord_suite.kfp.components import COMPONENTS
@@ -20,9 +21,9 @@ def test_the_check_catches_a_stale_readme(tmp_path):
     import shutil
 
     shutil.copytree(DIR, tmp_path / "components")
-    (tmp_path / "components" / "shard" / "README.md").write_text("old\n")
+    (tmp_path / "components" / "data_processing" / "shard" / "README.md").write_text("old\n")
     assert catalog.write(str(tmp_path / "components"), check=True) == [
-        str(tmp_path / "components" / "shard" / "README.md")
+        str(tmp_path / "components" / "data_processing" / "shard" / "README.md")
     ]
 
 
@@ -32,7 +33,7 @@ def test_readme_example_compiles_with_the_committed_specs(name, tmp_path, monkey
     checkout's components/ (the same files a release tags)."""
     from kfp import compiler, components
 
-    text = open(os.path.join(DIR, name, "README.md")).read()
+    text = open(os.path.join(catalog.folder(name, DIR), "README.md")).read()
     (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
     urls = []
 
@@ -43,9 +44,10 @@ def test_readme_example_compiles_with_the_committed_specs(name, tmp_path, monkey
 
     monkeypatch.setattr(components, "load_component_from_url", from_url)
     scope = {}
-    exec(compile(code, f"components/{name}/README.md", "exec"), scope)
-    assert any(u.endswith(f"/{name}/component.yaml") for u in urls)
+    exec(compile(code, f"components/{catalog.relative_folder(name)}/README.md", "exec"), scope)
+    assert any(u.endswith(f"/{catalog.relative_folder(name)}/component.yaml") for u in urls)
     compiler.Compiler().compile(scope["my_pipeline"], str(tmp_path / "p.yaml"))
+    assert cached_against_policy(str(tmp_path / "p.yaml")) == []
 
 
 def test_the_metadata_rules_refuse_what_upstream_refuses():

@@ -103,17 +103,18 @@ def test_shard_publish_list_verify_diff_alias_as_json(tmp_path, jsonl_file):
         == "1.0.1"
     )
     assert call("version", "list", "--registry", reg, "--json") == {
-        "rows": {"versions": ["1.0.0", "1.0.1"], "aliases": {"latest": "1.0.1"}}
+        "rows": {"versions": ["1.0.0", "1.0.1"], "aliases": {"latest": "1.0.1", "stable": "1.0.0"}}
     }
     assert call("version", "verify", f"{reg}/rows@1", "--json")["ok"]
     d = call("version", "diff", f"{reg}/rows@1.0.0", f"{reg}/rows@1.0.1", "--json")
     assert d["bump_needed"] == "patch"
-    call("version", "alias", f"{reg}/rows@1.0.0", "--name", "stable", "--expect", "none", "--json")
+    # the first version is stable; the promote of a later one is explicit, compare-and-swap
     result = runner.invoke(
         main, ["version", "alias", f"{reg}/rows@1.0.1", "--name", "stable", "--expect", "none"]
     )
     assert result.exit_code == 1 and "points to 1.0.0" in result.output
-    assert call("version", "show", f"{reg}/rows@stable", "--json")["version"] == "1.0.0"
+    call("version", "alias", f"{reg}/rows@1.0.1", "--name", "stable", "--expect", "1.0.0", "--json")
+    assert call("version", "show", f"{reg}/rows@stable", "--json")["version"] == "1.0.1"
     shard = next(f for f in (tmp_path / "reg" / "rows" / "1.0.0").rglob("train-*.tfrecord"))
     shard.write_bytes(shard.read_bytes()[:-5])
     result = runner.invoke(main, ["version", "verify", f"{reg}/rows@1.0.0"])

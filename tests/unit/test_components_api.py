@@ -49,3 +49,70 @@ def test_every_component_is_importable_and_unknown_names_are_not():
         assert getattr(components, name).name == name.replace("_", "-")
     with pytest.raises(AttributeError):
         components.shard_op  # noqa: B018
+
+
+def test_an_image_names_its_set_and_a_step_starts_images_from_its_own(monkeypatch):
+    from tfrecord_suite.images import GPU_RESOURCE, IMAGE_ENV, ImageSet
+    from tfrecord_suite.kfp.tasks import running_images
+
+    mine = ImageSet("localhost:5000/team", "t1")
+    for key in ("component", "trainer-gpu", "beam-worker"):
+        assert ImageSet.find(mine.image(key)) == mine
+    assert ImageSet.find("europe-docker.pkg.dev/acme/ml/my-trainer:3") is None  # not one of ours
+    assert ImageSet.find("tfrecord-suite:1") is None  # no registry
+    monkeypatch.setenv(IMAGE_ENV, mine.component)
+    assert running_images().trainer(GPU_RESOURCE) == "localhost:5000/team/tfrecord-suite-gpu:t1"
+    monkeypatch.setenv(IMAGE_ENV, "europe-docker.pkg.dev/acme/ml/my-trainer:3")
+    assert running_images() == ImageSet()
+
+
+def test_a_built_component_tells_its_step_its_image_and_a_task_setting_wins(tmp_path):
+    """build(R, T) reaches what the step starts: the compiled command exports the image it was
+    built for, unless the task sets it (the ready pipelines do, per placement)."""
+    import subprocess
+
+    from tfrecord_suite.components import build
+    from tfrecord_suite.images import IMAGE_ENV
+
+    command = build("localhost:5000/team", "t1").train.component_spec.implementation.container
+    script = command.command[2].split("if ! ", 1)[0]
+    assert script.startswith("export ")
+    probe = f'{script}\necho "${IMAGE_ENV}"'
+    out = subprocess.run(["sh", "-ec", probe], capture_output=True, text=True, env={})
+    assert out.stdout.strip() == "localhost:5000/team/tfrecord-suite:t1"
+    env = {IMAGE_ENV: "localhost:5000/team/tfrecord-suite-gpu:t1"}
+    out = subprocess.run(["sh", "-ec", probe], capture_output=True, text=True, env=env)
+    assert out.stdout.strip() == env[IMAGE_ENV]
+
+
+@pytest.mark.slow
+def test_a_step_of_a_built_component_records_the_image_it_was_built_for(tmp_path, penguins_csv):
+    """The version step of build(R, T) writes R/tfrecord-suite:T into the manifest it publishes
+    (the same image set its train step starts nodes and tf.data service workers from)."""
+    import json
+
+    from kfp import dsl, local
+    from kfp.local import config
+
+    from tfrecord_suite.components import build
+
+    ops = build(image_registry="localhost:5000/team", image_tag="t1")
+    registry = str(tmp_path / "registry")
+
+    @dsl.pipeline
+    def data(input_uri: str, registry_root: str) -> str:
+        staged = ops.shard(input_uri=input_uri, registry_root=registry_root, dataset_name="p")
+        published = ops.version(
+            staged=staged.outputs["staged"], registry_root=registry_root, dataset_name="p"
+        )
+        return published.outputs["ref"]
+
+    before = config.LocalExecutionConfig.instance
+    local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    try:
+        ref = data(input_uri=penguins_csv, registry_root=registry).output
+    finally:
+        config.LocalExecutionConfig.instance = before
+    assert ref == f"{registry}/p@1.0.0"
+    with open(tmp_path / "registry" / "p" / "1.0.0" / "manifest.json") as fh:
+        assert json.load(fh)["producer"]["image"] == "localhost:5000/team/tfrecord-suite:t1"

@@ -50,3 +50,23 @@ def test_what_a_downstream_step_reads_back():
         {"v": 2, "ok": False, "s": "x", "splits": {"train": 3}, "classes": ["a"]}
     ) == {"v": 2.0, "ok": 0.0, "s": "x", "splits": {"struct": {"train": 3}},
           "classes": {"list": ["a"]}}  # fmt: skip
+
+
+def test_log_metrics_refuses_every_value_the_launcher_could_not_read_and_logs_none():
+    from tfrecord_suite.kfp.mlmd import log_metrics
+
+    class Metrics:
+        name = "metrics"
+
+        def __init__(self):
+            self.logged = {}
+
+        def log_metric(self, key, value):
+            self.logged[key] = value
+
+    metrics = Metrics()
+    with pytest.raises(MetadataError, match=r"test_loss=nan, test_auc=inf"):
+        log_metrics(metrics, {"test_accuracy": 0.5, "test_loss": math.nan, "test_auc": math.inf})
+    assert metrics.logged == {}
+    log_metrics(metrics, {"test_accuracy": 0.5, "examples_per_second": 12})
+    assert metrics.logged == {"test_accuracy": 0.5, "examples_per_second": 12}

@@ -211,6 +211,31 @@ def test_every_step_requests_cpu_and_memory_and_names_its_image(tmp_path):
     assert executors["exec-train"]["container"]["resources"]["cpuRequest"] == 8
 
 
+def test_trainer_requests_can_be_set_for_small_nodes(tmp_path):
+    """A CPU trainer asks for 3 CPUs and 10 GiB by default: on smaller nodes (the one-node
+    cluster's 2 CPUs) the job's nodes stayed Pending with no way to ask for less.
+    --cpu-request/--memory-request set what the step's pod and each job node request."""
+    from tfrecord_suite.launch.job import JobConfig
+    from tfrecord_suite.launch.placement import CPU_TRAINER_REQUEST, Placement
+    from tfrecord_suite.launch.trainjob import render_trainjob
+
+    small = Placement(cpu_request="500m", memory_request="3Gi")
+    assert Placement.from_json(small.to_json()) == small
+    assert small.requests() == {"cpu": "500m", "memory": "3Gi"}
+    assert Placement().requests() == dict(zip(("cpu", "memory"), CPU_TRAINER_REQUEST, strict=True))
+    gpu = Placement(accelerator_type="nvidia-l4", accelerator_count=1, cpu_request="3")
+    assert gpu.requests() == {"cpu": "3", "memory": "8Gi"}
+    job = render_trainjob(JobConfig("j", "img", [], workers=2, namespace="ml", placement=small))
+    assert job["spec"]["trainer"]["resourcesPerNode"] == {
+        "requests": {"cpu": "500m", "memory": "3Gi"}
+    }
+    docs = _docs(compile_pipeline(str(tmp_path / "p.yaml"), small))
+    train = _executors(docs)["exec-train"]["container"]["resources"]
+    assert train["cpuRequest"] == 0.5 and train["memoryRequest"] == 3.221225472
+    placement = docs[0]["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]["placement"]
+    assert json.loads(placement["runtimeValue"]["constant"])["cpu_request"] == "500m"
+
+
 def test_bad_deployment_and_placement_fail_with_one_line(tmp_path):
     from click.testing import CliRunner
 

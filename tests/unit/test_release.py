@@ -11,6 +11,7 @@ import sys
 import yaml
 
 from tfrecord_suite import __version__, images
+from tfrecord_suite.kfp import catalog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "release.yml")
@@ -67,9 +68,9 @@ def test_every_image_the_committed_files_name_is_built_and_pushed():
     assert "make release-files" in release
     built = {ref for ref, _ in images.ALL_IMAGES.values()}
     named = set()
-    for path in glob.glob(os.path.join(ROOT, "pipelines", "*.yaml")) + glob.glob(
-        os.path.join(ROOT, "components", "*", "component.yaml")
-    ):
+    components = glob.glob(os.path.join(ROOT, "components", "*", "*", "component.*"))
+    assert len(components) == 2 * len(catalog.CATEGORIES)  # component.yaml and component.py
+    for path in glob.glob(os.path.join(ROOT, "pipelines", "*.yaml")) + components:
         text = open(path).read()
         named |= set(re.findall(r"ghcr\.io/[\w./-]+:[\w.-]+", text))
     assert named and named <= built, named - built

@@ -295,3 +295,77 @@ def test_endpoint_flags_are_checked():
     with pytest.raises(UserError, match="needs --token-file"):
         KfpEndpoint("http://x", auth="token-file")
     assert os.environ.get("KF_PIPELINES_SA_TOKEN_PATH") is None
+
+
+def test_retrain_settings_file_flags_win_and_params_merge(tmp_path, monkeypatch):
+    """`retrain --settings FILE`: the file's keys are the command's flags, its params the
+    pipeline's; a flag on the command line wins, and --param wins over params key by key."""
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli.main import main
+
+    monkeypatch.setattr("tfrecord_suite.kfp.retrain.input_changed", lambda *a: (True, "new"))
+    settings = tmp_path / "retrain.yaml"
+    settings.write_text(
+        "input: gs://b/raw.csv\nregistry: gs://b/reg\ndataset: rows\n"
+        "accelerator-type: nvidia-l4\nimage_pull_secrets: regcred\n"
+        "params:\n  epochs: 7\n  learning_rate: 0.5\n"
+    )
+    with FakeKfp() as api:
+        result = CliRunner().invoke(
+            main,
+            ["retrain", "--settings", str(settings), "--host", api.url, "--dataset", "other",
+             "--param", "learning_rate=0.1", "--image",
+             "eu.gcr.io/acme/ml/tfrecord-suite:7", "--json"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        (run,) = api.runs.values()
+        upload = next(r for r in api.requests if r["path"].endswith("/upload"))
+    params = run["runtime_config"]["parameters"]
+    assert params["dataset_name"] == "other"  # the flag won
+    assert (params["epochs"], params["learning_rate"]) == (7, 0.1)
+    train = upload["uploaded"]["deploymentSpec"]["executors"]["exec-train"]["container"]
+    assert train["image"] == "eu.gcr.io/acme/ml/tfrecord-suite-gpu:7"
+    k8s = upload["platform"]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert k8s["exec-train"]["imagePullSecret"][0]["secretName"] == "regcred"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("accelerator: nvidia-l4\n", "'accelerator' is not a flag of tfrecord-suite retrain"),
+        ("params: [1, 2]\n", "params must map pipeline parameters to values"),
+        ("- input\n", "expected a mapping of retrain flags"),
+    ],
+)
+def test_retrain_settings_file_refuses_what_is_not_a_flag(tmp_path, text, message):
+    from click.testing import CliRunner
+
+    from tfrecord_suite.cli.main import main
+
+    settings = tmp_path / "retrain.yaml"
+    settings.write_text(text)
+    result = CliRunner().invoke(main, ["retrain", "--settings", str(settings)])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_image_sets_from_a_reference_and_from_the_images_component(tmp_path):
+    from tfrecord_suite.images import ImageReferenceError, ImageSet
+
+    assert ImageSet.of("eu.gcr.io/p/ml/tfrecord-suite-gpu:2026.11") == ImageSet(
+        "eu.gcr.io/p/ml", "2026.11"
+    )
+    for bad in ("eu.gcr.io/p/ml/other:1", "tfrecord-suite:1", "eu.gcr.io/p/tfrecord-suite"):
+        with pytest.raises(ImageReferenceError, match="not one of the suite's images"):
+            ImageSet.of(bad)
+    component = tmp_path / "kustomization.yaml"
+    component.write_text(
+        "images:\n- name: ghcr.io/tfrecord-suite/tfrecord-suite\n"
+        "  newName: localhost:5000/team/tfrecord-suite\n  newTag: v2\n"
+    )
+    assert ImageSet.from_kustomization(str(tmp_path)) == ImageSet("localhost:5000/team", "v2")
+    component.write_text(
+        "images:\n- name: ghcr.io/tfrecord-suite/tfrecord-suite\n  newName: x/renamed\n"
+    )
+    with pytest.raises(ImageReferenceError, match="change only the registry"):
+        ImageSet.from_kustomization(str(component))

@@ -25,16 +25,40 @@ def images_group() -> None:
 @images_group.command("list")
 @click.option("--image-registry", default=None, help="Registry (and path) of the images.")
 @click.option("--image-tag", default=None, help="Tag of the images.")
+@click.option(
+    "--kustomization",
+    default=None,
+    help="A kustomize images component (k8s/images): the registry and tag it rewrites to.",
+)
+@click.option("--key", default=None, help="Print only this image's reference (e.g. component).")
 @json_option
 @friendly_errors
-def images_list(image_registry: str | None, image_tag: str | None, as_json: bool) -> None:
+def images_list(
+    image_registry: str | None,
+    image_tag: str | None,
+    kustomization: str | None,
+    key: str | None,
+    as_json: bool,
+) -> None:
     """The image names and Dockerfiles (one place: tfrecord_suite/images.py)."""
     from tfrecord_suite import images
 
-    chosen = images.ImageSet(
-        image_registry or images.DEFAULT_REGISTRY, image_tag or images.DEFAULT_TAG
-    )
+    if kustomization:
+        if image_registry or image_tag:
+            raise images.ImageReferenceError(
+                "--kustomization names the registry and tag: drop --image-registry/--image-tag"
+            )
+        chosen = images.ImageSet.from_kustomization(kustomization)
+    else:
+        chosen = images.ImageSet(
+            image_registry or images.DEFAULT_REGISTRY, image_tag or images.DEFAULT_TAG
+        )
     table = {k: {"image": ref, "dockerfile": df} for k, (ref, df) in chosen.table().items()}
+    if key:
+        if key not in table:
+            raise images.ImageReferenceError(f"--key {key!r}: one of {', '.join(table)}")
+        click.echo(table[key]["image"])
+        return
     emit(
         table,
         as_json,

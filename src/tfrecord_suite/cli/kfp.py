@@ -10,6 +10,7 @@ import click
 
 from tfrecord_suite.cli import options
 from tfrecord_suite.cli.common import emit, friendly_errors, json_option, stdout_for
+from tfrecord_suite.errors import UserError
 from tfrecord_suite.kfp.compile import DEFAULT_PIPELINE
 
 
@@ -181,7 +182,39 @@ def submit(
         sys.exit(1)
 
 
+def _settings(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """``--settings FILE``: the file's values become the command's defaults (flags win)."""
+    if path:
+        from tfrecord_suite.kfp.retrain import load_settings
+
+        flags = {
+            opt.lstrip("-"): p.name
+            for p in ctx.command.params
+            if isinstance(p, click.Option) and p.name not in ("settings", "as_json")
+            for opt in p.opts
+            if opt.startswith("--")
+        }
+        try:
+            settings = load_settings(path, flags)
+        except (UserError, OSError) as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+        # the file's pipeline parameters go before those given with --param, which win
+        ctx.meta["settings_params"] = settings.pop("params", [])
+        ctx.default_map = {**(ctx.default_map or {}), **settings}
+    return path
+
+
 @click.command()
+@click.option(
+    "--settings",
+    default=None,
+    is_eager=True,
+    callback=_settings,
+    expose_value=False,
+    help="A YAML file of this command's flags (without dashes) and the pipeline's 'params': "
+    "what k8s/base/retrain.yaml holds for the CronJob and the CI workflow. Flags given on "
+    "the command line win.",
+)
 @click.option(
     "--input", "input_uri", required=True, help="Raw data: file, folder, glob, gs:// or s3://."
 )
@@ -192,6 +225,14 @@ def submit(
     is_flag=True,
     help="Submit only when the input fingerprint differs from the latest version's.",
 )
+@click.option(
+    "--image",
+    default="",
+    help="One of the suite's images (REGISTRY/tfrecord-suite:TAG): compile for its registry "
+    "and tag, instead of --image-registry and --image-tag. The CronJob passes the image it "
+    "runs (k8s/images sets it), CI the one `tfrecord-suite images list --kustomization "
+    "k8s/images` names.",
+)
 @submission_options("tfrecord-suite-retrain")
 @json_option
 @friendly_errors
@@ -200,6 +241,7 @@ def retrain(
     registry_root: str,
     dataset: str,
     if_changed: bool,
+    image: str,
     params: tuple[str, ...],
     as_json: bool,
     **values: Any,
@@ -207,18 +249,25 @@ def retrain(
     """Submit the pipeline for new data (from CI or a CronJob); skip unchanged data.
 
     Takes every flag ``submit`` takes, so the run is compiled for the same images, placement
-    and endpoint as a hand-made submission.
+    and endpoint as a hand-made submission; ``--settings`` reads them from one file.
     """
     from tfrecord_suite.kfp.retrain import retrain as run_retrain
     from tfrecord_suite.kfp.submit import parse_params
 
+    if image:
+        from tfrecord_suite.images import ImageSet
+
+        chosen = ImageSet.of(image)
+        values = {**values, "image_registry": chosen.registry, "image_tag": chosen.tag}
+    # the settings file's pipeline parameters, then --param's (which win)
+    file_params = click.get_current_context().meta.get("settings_params", [])
     with stdout_for(as_json):  # kfp prints links to the pipeline and run
         result = run_retrain(
             input_uri=input_uri,
             registry_root=registry_root,
             dataset=dataset,
             if_changed=if_changed,
-            params=parse_params(params),
+            params=parse_params([*file_params, *params]),
             submit=lambda p: _submit(p, values),
         )
     emit(

@@ -17,7 +17,7 @@ from tfrecord_suite.cli.data_service import data_service
 from tfrecord_suite.cli.images import images_group
 from tfrecord_suite.cli.kfp import compile_, components_, release_files_, retrain, submit
 from tfrecord_suite.cli.models import models
-from tfrecord_suite.cli.pipeline import demo, run
+from tfrecord_suite.cli.pipeline import demo, run, sample_data
 from tfrecord_suite.cli.shard import shard
 from tfrecord_suite.cli.train import train
 from tfrecord_suite.cli.version import version
@@ -33,6 +33,10 @@ def main(debug: bool, verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not verbose:
+        # Beam warns each time it starts or stops a runner's process (Prism, a job server);
+        # a normal run on Prism would print both lines
+        logging.getLogger("apache_beam.utils.subprocess_server").setLevel(logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -42,6 +46,7 @@ main.add_command(models)
 main.add_command(train)
 main.add_command(run)
 main.add_command(demo)
+main.add_command(sample_data)
 main.add_command(compile_)
 main.add_command(components_)
 main.add_command(release_files_)

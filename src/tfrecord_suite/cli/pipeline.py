@@ -17,7 +17,8 @@ def _run_human(r: dict[str, Any]) -> str:
     metrics = ", ".join(f"{k}={v}" for k, v in sorted(r["metrics"].items()))
     return (
         f"dataset version: {r['dataset_ref']}\n  folder: {r['dataset_uri']}\n"
-        f"model: {r['export_dir']}\nmetrics: {r['metrics_file']}\n  {metrics}\n"
+        f"model: {r['model_uri']}\n  SavedModel: {r['export_dir']}\n"
+        f"  metrics: {r['metrics_file']}\n  {metrics}\n"
         f"registered model: v{r.get('registered_model')} at {r.get('registered_model_uri')}\n"
         f"gate: {r.get('gate')} ({r.get('gate_reason')})"
         + (f"\nfull log: {r['log']}" if r.get("log") else "")
@@ -164,4 +165,29 @@ def demo(workdir: str, as_json: bool) -> None:
             results[name] = run_local(input_uri=path, workdir=workdir, dataset_name=name, **params)
     emit(
         results, as_json, lambda rs: "\n\n".join(f"== {n}\n{_run_human(r)}" for n, r in rs.items())
+    )
+
+
+@click.command("sample-data")
+@click.argument("folder", default="data")
+@json_option
+@friendly_errors
+def sample_data(folder: str, as_json: bool) -> None:
+    """Write the quick start's inputs into FOLDER: a table and a folder of images.
+
+    FOLDER/penguins.csv is the Palmer penguins table (344 rows, missing values, categorical
+    columns; CC0); FOLDER/digits/<class>/ holds scikit-learn's 1,797 handwritten digits as PNG
+    files, one sub-folder per class. Both come with the package's demo dependencies: nothing is
+    downloaded.
+    """
+    from tfrecord_suite import demo_data
+
+    penguins = demo_data.write_penguins(os.path.join(folder, "penguins.csv"))
+    digits = os.path.join(folder, "digits")
+    if not os.path.isdir(digits):
+        demo_data.write_digits(digits)
+    emit(
+        {"penguins": penguins, "digits": digits},
+        as_json,
+        lambda r: f"table: {r['penguins']}\nimages: {r['digits']}",
     )

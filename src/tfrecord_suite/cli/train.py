@@ -36,6 +36,7 @@ def train(as_json: bool, **values: Any) -> None:
                 f"{s} " + " ".join(f"{k}={v:.4f}" for k, v in e.items())
                 for s, e in m["evaluation"].items()
             )
-            + f"\nmodel: {m['export_dir']}\nmetrics: {storage.join(m['model_dir'], 'metrics.json')}"
+            + f"\nmodel: {m['model_dir']}\n  SavedModel: {m['export_dir']}"
+            + f"\n  metrics: {storage.join(m['model_dir'], 'metrics.json')}"
         ),
     )

@@ -2,15 +2,22 @@
 
 The source of truth is the component function (its signature and docstring, compiled by kfp
 into the spec with a description on every input and output), its :data:`~.steps.STEPS` policy,
-and the ``metadata.yaml`` in its folder (name, stability, dependencies, tags, lastVerified, in
-kubeflow/pipelines-components' shape), which is written by hand. ``make components``
-(``tfrecord-suite components``) writes, for each component on the default images:
+and the ``metadata.yaml`` and ``OWNERS`` in its folder (kubeflow/pipelines-components' shape),
+written by hand. The folders are laid out as pipelines-components lays out its own,
+``components/<category>/<name>/`` (:data:`CATEGORIES`), so that its tools find them.
+``make components`` (``tfrecord-suite components``) writes, for each component on the default
+images:
 
-* ``components/<name>/component.yaml``: the compiled spec, for
-  ``kfp.components.load_component_from_file`` or ``_from_url``;
-* ``components/<name>/README.md``: what it does, its inputs and outputs with types, defaults
-  and descriptions, its image, an example, its caching and idempotency;
-* ``components/README.md``: the index.
+* ``component.yaml``: the compiled spec, for ``kfp.components.load_component_from_file`` or
+  ``_from_url`` (what ``tfrecord_suite.components`` builds, step preamble included);
+* ``component.py``: the same function under ``@dsl.component``, with its docstring laid out for
+  pipelines-components' README generator (one line per input; every output documented), and
+  ``example_pipelines.py``: a pipeline using it. Its tools read these two files;
+* ``README.md``: first what pipelines-components' README generator writes from those files,
+  ``metadata.yaml`` and ``OWNERS`` (restated here: :func:`upstream_readme`), then, after its
+  ``<!-- custom-content -->`` marker (which it keeps), the suite's own sections: the compiled
+  outputs and their metadata, the image, what a run on the host needs, caching and reruns;
+* ``<category>/README.md``: pipelines-components' category index, and ``README.md``: ours.
 
 ``--check`` writes nothing and lists the files that differ (a test runs it).
 """
@@ -38,8 +45,36 @@ COMPONENTS_DIR = "components"
 SPEC_FILE = "component.yaml"
 README_FILE = "README.md"
 METADATA_FILE = "metadata.yaml"
+SOURCE_FILE = "component.py"
+EXAMPLE_FILE = "example_pipelines.py"
+#: What pipelines-components' README generator keeps of a README: everything from here on.
+CUSTOM_CONTENT_MARKER = "<!-- custom-content -->"
+#: Each component's category, as pipelines-components groups its own (data_processing,
+#: training, evaluation, deployment): its folder is ``components/<category>/<name>/``.
+CATEGORIES = {
+    "fingerprint": "data_processing",
+    "shard": "data_processing",
+    "version": "data_processing",
+    "resolve_dataset": "data_processing",
+    "train": "training",
+    "evaluate": "evaluation",
+    "report": "evaluation",
+    "register": "deployment",
+    "promote": "deployment",
+}
 #: Where a released component spec can be loaded from by URL.
 RAW_URL = "https://raw.githubusercontent.com/tfrecord-suite/tfrecord-suite/v{version}/components"
+
+
+def folder(name: str, root: str = COMPONENTS_DIR) -> str:
+    """Component ``name``'s folder: ``<root>/<category>/<name>``."""
+    return os.path.join(root, CATEGORIES[name], name)
+
+
+def relative_folder(name: str) -> str:
+    """Component ``name``'s folder relative to ``components/`` (``<category>/<name>``)."""
+    return f"{CATEGORIES[name]}/{name}"
+
 
 #: What each component's README says of caching and of reruns, beyond its policy.
 BEHAVIOUR = {
@@ -134,52 +169,68 @@ def _default(port: Port) -> str:
     return f"`{json.dumps(value)}`"
 
 
+def _retried(retries: int) -> str:
+    """How often a failed step is retried, in words."""
+    if retries == 0:
+        return "a failure is not retried"
+    return f"a failure is retried {'once' if retries == 1 else f'up to {retries} times'}"
+
+
 def render_readme(
     name: str, spec_text: str, metadata: dict[str, Any], owners: dict[str, Any]
 ) -> str:
-    """The README of component ``name`` from its compiled spec, ``metadata.yaml`` and OWNERS."""
+    """The README of component ``name``: pipelines-components' part, then the suite's."""
+    return (
+        upstream_readme(name, metadata, owners)
+        + f"\n\n{CUSTOM_CONTENT_MARKER}\n"
+        + suite_sections(name, spec_text)
+    )
+
+
+def suite_sections(name: str, spec_text: str) -> str:
+    """The README's own sections: the compiled outputs, the image, a host run, reruns."""
     spec = yaml.safe_load(spec_text)
     fn = COMPONENTS[name]
-    summary, _, body = (fn.__doc__ or "").strip().partition("\n")
-    body = textwrap.dedent(body).split("Args:")[0].strip()
-    inputs, outputs = ports(spec)
-    order = list(inspect.signature(fn).parameters)  # the function's order: required first
-    inputs.sort(key=lambda p: order.index(p.name))
+    _, outputs = ports(spec)
+    order = list(inspect.signature(fn).parameters)
     outputs.sort(key=lambda p: order.index(p.name) if p.name in order else len(order))
     policy = STEPS[name]
     image = next(iter(spec["deploymentSpec"]["executors"].values()))["container"]["image"]
     out = io.StringIO()
     w = out.write
-    w("<!-- generated by `make components` from the component and its metadata.yaml -->\n")
-    w(f"# {name}\n\n")
-    if metadata["stability"] != "stable":
-        w(f"> Stability: **{metadata['stability']}**: its inputs and outputs may still change.\n\n")
-    w(f"## Overview\n\n{summary.strip()}\n\n")
-    if body:
-        w(f"{body}\n\n")
-    w("## Inputs\n\n| Parameter | Type | Default | Description |\n|---|---|---|---|\n")
-    for p in inputs:
-        w(f"| `{p.name}` | {p.kind} | {_default(p)} | {_cell(p.description)} |\n")
-    w("\n## Outputs\n\n| Name | Type | Description |\n|---|---|---|\n")
+    w(
+        "<!-- generated by `make components` from the component, its metadata.yaml and OWNERS; "
+        "the part above is what kubeflow/pipelines-components' README generator writes -->\n"
+    )
+    w("\n## Outputs, as compiled\n\n| Name | Type | Description |\n|---|---|---|\n")
     for p in outputs:
         w(f"| `{p.name}` | {p.kind} | {_cell(p.description)} |\n")
     w(
         f"\n## Image\n\n`{image}` (`containers/Dockerfile`), which carries the package and kfp: "
         "nothing is installed when the step starts. On your own registry: "
         "`tfrecord-suite images build --push --image-registry R --image-tag T`, then "
-        "`tfrecord_suite.components.build(image_registry=R, image_tag=T)`.\n"
+        "`tfrecord_suite.components.build(image_registry=R, image_tag=T)` (the step then starts "
+        "any trainers and tf.data service workers from `R` and `T` too). The example above loads "
+        "the released spec; on a checkout, `load_component_from_file` on "
+        f"`components/{relative_folder(name)}/{SPEC_FILE}`, or `from tfrecord_suite.components "
+        f"import {name}` with the package installed.\n"
     )
     w(
-        "\n## Use it\n\nIn your pipeline, from the released spec (or "
-        "`load_component_from_file` on a checkout, or "
-        f"`from tfrecord_suite.components import {name}` with the package installed):\n\n"
-        "```python\n" + example(name) + "```\n"
+        "\n## Run it on your machine\n\nOutside its image the step needs Python 3.11 with "
+        "`tfrecord-suite` and its extras installed (`.[all]` from a checkout: `make venv` "
+        "builds `.venv` so) and kfp's `SubprocessRunner(use_venv=False)`, run from that Python: "
+        "`kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False))`. "
+        "`use_venv=True` makes a fresh virtual environment without the package, where the step "
+        "stops with `error: the "
+        f"{name} component runs the tfrecord-suite package and kfp, which this Python cannot "
+        "import.` and what to run instead. In its image: `kfp.local.DockerRunner()` (Docker or "
+        "podman's API).\n"
     )
     w("\n## Caching and reruns\n\n")
     cached = "may be cached" if policy.cache else "should not be cached"
     w(
-        f"In the suite's ready pipelines this step {cached} by Kubeflow, and is retried "
-        f"{policy.retries} time(s) on failure. {BEHAVIOUR[name]} A failure caused by its data "
+        f"In the suite's ready pipelines this step {cached} by Kubeflow, and "
+        f"{_retried(policy.retries)}. {BEHAVIOUR[name]} A failure caused by its data "
         "or parameters says so (`retrying ... will not help`).\n"
     )
     if policy.pod_info:
@@ -191,27 +242,219 @@ def render_readme(
             "URI, a staging folder after the input's fingerprint, and the manifests and the "
             "model's lineage record no run ID.\n"
         )
-    w("\n## Metadata\n\n")
-    w(f"- Stability: {metadata['stability']}\n")
-    for group, deps in metadata["dependencies"].items():
-        listed = ", ".join(f"{d['name']} {d['version']}" for d in deps)
-        w(f"- {group.replace('_', ' ').capitalize()}: {listed}\n")
-    if metadata.get("tags"):
-        w(f"- Tags: {', '.join(metadata['tags'])}\n")
-    w(f"- Last verified: {str(metadata['lastVerified'])[:10]}\n")
-    w(f"- Owners: {', '.join(owners.get('approvers', []))} (see OWNERS)\n")
     w(
-        "\n## Where it differs from kubeflow/pipelines-components\n\nIt runs on the suite's image "
-        "(a registry of its own, not `ghcr.io/kubeflow`) instead of installing packages when it "
-        "starts (`install_kfp_package=False`); its logic lives in the `tfrecord-suite` package, "
-        "and the function here only calls it; a compiled `component.yaml` is committed so that "
-        "it loads by URL without the package.\n"
+        "\n## Where it differs from kubeflow/pipelines-components\n\nIt runs on the suite's "
+        "image (a registry of its own, not `ghcr.io/kubeflow`) instead of installing packages "
+        "when it starts (`install_kfp_package=False`); its logic lives in the `tfrecord-suite` "
+        "package, and the function only calls it; `component.py` is generated from the "
+        "package's function for pipelines-components' tools, and the compiled `component.yaml` "
+        "is committed so that it loads by URL without the package.\n"
     )
-    if metadata.get("links"):
-        w("\n## Additional Resources\n\n")
-        for key, url in metadata["links"].items():
-            w(f"- {key.replace('_', ' ').capitalize()}: {url}\n")
     return out.getvalue()
+
+
+# ------------------------------------------------ what kubeflow/pipelines-components reads
+
+
+def _returns_entries(doc: str) -> dict[str, str]:
+    """``name -> description`` of a Google docstring's Returns section, one line each."""
+    section = doc.split("Returns:", 1)[1] if "Returns:" in doc else ""
+    entries: dict[str, str] = {}
+    current = None
+    for line in textwrap.dedent(section).splitlines():
+        head = re.match(r"^(\w+): (.*)$", line)
+        if head:
+            current = head[1]
+            entries[current] = head[2].strip()
+        elif current and line.strip():
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def upstream_docstring(fn: Any) -> str:
+    """``fn``'s docstring laid out for pipelines-components' README generator.
+
+    Its ``docstring_parser`` keeps a description's line breaks, which would break its tables:
+    here each input is on one line, each output artifact among them (kfp takes those from
+    Returns), and the return value on one line.
+    """
+    from docstring_parser import parse
+
+    doc = inspect.getdoc(fn) or ""
+    parsed = parse(doc)
+    args = {p.arg_name: " ".join((p.description or "").split()) for p in parsed.params}
+    returns = _returns_entries(doc)
+    lines = [parsed.short_description or ""]
+    if parsed.long_description:
+        lines += ["", parsed.long_description]
+    lines += ["", "Args:"]
+    for param in inspect.signature(fn).parameters:
+        desc = args.get(param) or "Output: " + returns.pop(param)
+        lines.append(f"    {param}: {desc}")
+    if returns:
+        lines += ["", "Returns:"]
+        if list(returns) == ["Output"]:
+            lines.append(f"    Output: {returns['Output']}")
+        else:
+            lines.append("    Output: " + " ".join(f"{k}: {v}" for k, v in returns.items()))
+    return "\n".join(lines)
+
+
+def component_source(name: str, images: ImageSet = DEFAULT_IMAGES) -> str:
+    """``component.py``: the component function under ``@dsl.component``.
+
+    Its docstring is laid out by :func:`upstream_docstring`; the imports are its module's.
+    """
+    import ast
+    import sys
+
+    fn = COMPONENTS[name]
+    module = sys.modules[fn.__module__]
+    tree = ast.parse(inspect.getsource(module))
+    imports = [ast.get_source_segment(inspect.getsource(module), node) for node in tree.body
+               if isinstance(node, (ast.Import, ast.ImportFrom))]  # fmt: skip
+    source = textwrap.dedent(inspect.getsource(fn)).splitlines()
+    func = ast.parse("\n".join(source)).body[0]
+    doc = func.body[0]  # the docstring's lines, replaced
+    body_doc = textwrap.indent(f'"""{upstream_docstring(fn)}\n\n"""', "    ").splitlines()
+    source[doc.lineno - 1 : doc.end_lineno] = [line.rstrip() for line in body_doc]
+    header = (
+        f'"""The {name} component for kubeflow/pipelines-components\' tools (README generation, '
+        "compile checks).\n\n"
+        f"Generated by `make components` from {fn.__module__}.{fn.__name__}: edit it there. "
+        f"{SPEC_FILE} beside this file is what tfrecord_suite.components builds from it (the "
+        "same function, with a step preamble).\n"
+        '"""\n\n'
+    )
+    decorator = f'@dsl.component(base_image="{images.component}", install_kfp_package=False)'
+    return (
+        header + "\n".join([*imports, "from kfp import dsl"]) + "\n\n\n"
+        + decorator + "\n" + "\n".join(source) + "\n"
+    )  # fmt: skip
+
+
+def example_source(name: str) -> str:
+    """``example_pipelines.py``: a pipeline using component ``name`` from its released spec."""
+    return (
+        f'"""A pipeline using the {name} component, loaded from its released spec."""\n\n'
+        + example(name)
+    )
+
+
+def format_title(title: str) -> str:
+    """A name as pipelines-components' generator titles it (resolve_dataset: Resolve Dataset)."""
+    title = re.sub(r"([a-z])([A-Z])", r"\1 \2", title).replace("_", " ").replace("-", " ")
+    acronyms = ("KFP", "API", "URL", "ID", "UI", "CI", "CD")
+    return " ".join(w.upper() if w.upper() in acronyms else w.capitalize() for w in title.split())
+
+
+def _format_value(value: Any, depth: int = 0) -> str:
+    """A metadata value as pipelines-components' generator lists it (nested Markdown lists)."""
+    indent = "  " * depth
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    if isinstance(value, list):
+        if not value:
+            return "None"
+        items = [
+            ", ".join(f"{format_title(k)}: {v}" for k, v in item.items())
+            if isinstance(item, dict)
+            else str(item)
+            for item in value
+        ]
+        return "\n" + indent + "  - " + f"\n{indent}  - ".join(items)
+    if isinstance(value, dict):
+        if not value:
+            return "None"
+        items = []
+        for k, v in value.items():
+            val = _format_value(v, depth + 1)
+            items.append(f"{format_title(k)}:{val}" if "\n" in val else f"{format_title(k)}: {val}")
+        return "\n" + indent + "  - " + f"\n{indent}  - ".join(items)
+    return "None" if value is None else str(value)
+
+
+def _wrap(text: str, width: int = 120) -> str:
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n")]
+    return "\n\n".join(
+        textwrap.fill(p, width=width, break_long_words=False, break_on_hyphens=False)
+        for p in paragraphs
+    )
+
+
+def upstream_readme(name: str, metadata: dict[str, Any], owners: dict[str, Any]) -> str:
+    """What pipelines-components' README generator (``scripts/generate_readme``) writes.
+
+    Restated from its template and its readers of ``component.py``, ``example_pipelines.py``,
+    ``metadata.yaml`` and ``OWNERS``, so that the README it checks is fresh by its own rules (a
+    test runs its generator where a copy of it is at hand).
+    """
+    import ast
+
+    from docstring_parser import parse
+
+    func = next(
+        n for n in ast.walk(ast.parse(component_source(name))) if isinstance(n, ast.FunctionDef)
+    )
+    parsed = parse(ast.get_docstring(func) or "")
+    overview = "\n\n".join(p for p in (parsed.short_description, parsed.long_description) if p)
+    described = {p.arg_name: p.description for p in parsed.params}
+    args = func.args
+    defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
+    lines = [f"# {format_title(metadata['name'])} \u2728", ""]
+    stability = str(metadata.get("stability", "")).strip()
+    if stability and stability.lower() != "stable":
+        lines += [
+            f"> \u26a0\ufe0f **Stability: {stability}** \u2014 This asset is not yet stable and "
+            "may change.",
+            "",
+        ]
+    lines += ["## Overview \U0001f9fe", "", _wrap(overview), ""]
+    lines += ["## Inputs \U0001f4e5", "", "| Parameter | Type | Default | Description |",
+              "|-----------|------|---------|-------------|"]  # fmt: skip
+    for arg, node in zip(args.args, defaults, strict=True):
+        value = node.value if isinstance(node, ast.Constant) else (
+            ast.unparse(node) if node is not None else None
+        )  # fmt: skip
+        default = '`""`' if value == "" else f"`{value}`"
+        lines.append(
+            f"| `{arg.arg}` | `{ast.unparse(arg.annotation)}` | {default} | "
+            f"{described.get(arg.arg, '')} |"
+        )
+    lines.append("")
+    if func.returns is not None:
+        lines += ["## Outputs \U0001f4e4", "", "| Name | Type | Description |",
+                  "|------|------|-------------|",
+                  f"| Output | `{ast.unparse(func.returns)}` | "
+                  f"{parsed.returns.description if parsed.returns else ''} |", ""]  # fmt: skip
+    lines += ["## Usage Examples \U0001f9ea", "", "```python", example_source(name), "```", ""]
+    shown = {k: v for k, v in metadata.items() if k not in ("ci", "links")}
+    if owners:
+        shown["owners"] = owners
+    lines += ["## Metadata \U0001f5c2\ufe0f", ""]
+    lines += [f"- **{format_title(k)}**: {_format_value(v)}" for k, v in shown.items()]
+    lines.append("")
+    if metadata.get("links"):
+        lines += ["## Additional Resources \U0001f4da", ""]
+        lines += [f"- **{k.replace('_', ' ').title()}**: [{u}]({u})"
+                  for k, u in metadata["links"].items()]  # fmt: skip
+        lines.append("")
+    # the generator's template ends in a blank line, which its line-by-line strip keeps as "\n"
+    return "\n".join(line.rstrip() for line in "\n".join(lines).splitlines()) + "\n"
+
+
+def category_readme(category: str, metadata: dict[str, dict[str, Any]]) -> str:
+    """``components/<category>/README.md`` as pipelines-components' generator writes it."""
+    title = format_title(category)
+    items = sorted(
+        (format_title(metadata[n]["name"]), n, (COMPONENTS[n].__doc__ or "").strip().split("\n")[0])
+        for n in COMPONENTS
+        if CATEGORIES[n] == category
+    )
+    lines = [f"# {title} Components", "",
+             f"This directory contains components in the **{title}** category:", ""]  # fmt: skip
+    lines += [f"- [{t}](./{n}/README.md): {overview[:120]}" for t, n, overview in items]
+    return "\n".join(lines) + "\n"
 
 
 #: What each example pipeline does with the component (the rest of the example loads the
@@ -243,17 +486,16 @@ EXAMPLES = {
     pinned.set_caching_options(False)  # aliases move
 """,
     "train": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
-    pinned.set_caching_options(False)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"], epochs=10)
 """,
     "evaluate": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
 """,
     "register": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
     register(
@@ -263,28 +505,28 @@ EXAMPLES = {
     ).set_caching_options(False)
 """,
     "promote": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
         evaluation=scored.outputs["evaluation"],
-    )
+    ).set_caching_options(False)
     with dsl.If(scored.outputs["Output"] == "promote"):
         promote(
             registered=registered.outputs["registered"], evaluation=scored.outputs["evaluation"]
         ).set_caching_options(False)
 """,
     "report": """
-    pinned = resolve_dataset(dataset_ref=dataset_ref)
+    pinned = resolve_dataset(dataset_ref=dataset_ref).set_caching_options(False)  # aliases move
     trained = train(dataset_ref=pinned.outputs["ref"], dataset_digest=pinned.outputs["digest"])
     scored = evaluate(dataset=pinned.outputs["dataset"], model=trained.outputs["model"])
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
         evaluation=scored.outputs["evaluation"],
-    )
+    ).set_caching_options(False)
     report(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
@@ -303,9 +545,10 @@ def example(name: str) -> str:
     params = [f"{p}: str" for p in ("input_uri", "registry_root", "dataset_ref") if p in body]
     base = RAW_URL.format(version=__version__)
     lines = ["from kfp import components, dsl", "", f'BASE = "{base}"']
-    lines += [
-        f'{c} = components.load_component_from_url(f"{{BASE}}/{c}/{SPEC_FILE}")' for c in used
-    ]
+    for c in used:
+        url = f'f"{{BASE}}/{relative_folder(c)}/{SPEC_FILE}"'
+        line = f"{c} = components.load_component_from_url({url})"
+        lines.append(line if len(line) <= 100 else line.replace("(f", "(\n    f")[:-1] + "\n)")
     lines += ["", "", "@dsl.pipeline", f"def my_pipeline({', '.join(params)}):"]
     return "\n".join(lines) + textwrap.dedent(body).replace("\n", "\n    ").rstrip(" ")
 
@@ -321,24 +564,29 @@ def render_index(metadata: dict[str, dict[str, Any]]) -> str:
         "<!-- generated by `make components` -->",
         "# Components",
         "",
-        "Each folder holds one component: `component.yaml` (the compiled spec, on the default "
-        "images), `README.md` (generated), `metadata.yaml`, `OWNERS` and its tests. Load one "
-        "with `kfp.components.load_component_from_file` or `_from_url`, or import it: "
-        "`from tfrecord_suite.components import shard`.",
+        "Grouped by category as kubeflow/pipelines-components groups its own "
+        "(`<category>/<name>/`), each folder holds one component: `component.yaml` (the "
+        "compiled spec, on the default images), `component.py` and `example_pipelines.py` (for "
+        "pipelines-components' tools), `README.md` (all four generated), `metadata.yaml`, "
+        "`OWNERS` and its tests. Load one with `kfp.components.load_component_from_file` or "
+        "`_from_url`, or import it: `from tfrecord_suite.components import shard`.",
         "",
-        "| component | stability | what it does |",
-        "|---|---|---|",
+        "| component | category | stability | what it does |",
+        "|---|---|---|---|",
     ]
     for name, fn in COMPONENTS.items():
         summary = (fn.__doc__ or "").strip().splitlines()[0]
         stability = metadata[name]["stability"]
-        lines.append(f"| [`{name}`]({name}/README.md) | {stability} | {summary} |")
+        lines.append(
+            f"| [`{name}`]({relative_folder(name)}/README.md) | {CATEGORIES[name]} | {stability} "
+            f"| {summary} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def load_metadata(root: str, name: str) -> dict[str, Any]:
-    """``components/<name>/metadata.yaml``."""
-    with open(os.path.join(root, name, METADATA_FILE)) as fh:
+    """``components/<category>/<name>/metadata.yaml``."""
+    with open(os.path.join(folder(name, root), METADATA_FILE)) as fh:
         return yaml.safe_load(fh)
 
 
@@ -347,11 +595,16 @@ def generated(root: str = COMPONENTS_DIR) -> dict[str, str]:
     files: dict[str, str] = {}
     metadata = {name: load_metadata(root, name) for name in COMPONENTS}
     for name in COMPONENTS:
+        rel = relative_folder(name)
         spec = compile_spec(name)
-        files[os.path.join(name, SPEC_FILE)] = spec
-        with open(os.path.join(root, name, "OWNERS")) as fh:
+        files[os.path.join(rel, SPEC_FILE)] = spec
+        files[os.path.join(rel, SOURCE_FILE)] = component_source(name)
+        files[os.path.join(rel, EXAMPLE_FILE)] = example_source(name)
+        with open(os.path.join(folder(name, root), "OWNERS")) as fh:
             owners = yaml.safe_load(fh)
-        files[os.path.join(name, README_FILE)] = render_readme(name, spec, metadata[name], owners)
+        files[os.path.join(rel, README_FILE)] = render_readme(name, spec, metadata[name], owners)
+    for category in sorted(set(CATEGORIES.values())):
+        files[os.path.join(category, README_FILE)] = category_readme(category, metadata)
     files[README_FILE] = render_index(metadata)
     return files
 

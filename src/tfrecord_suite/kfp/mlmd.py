@@ -91,3 +91,32 @@ def describe(artifact: Any, fields: Mapping[str, Any]) -> None:
     merged = {**artifact.metadata, **{k: v for k, v in fields.items() if v is not None}}
     check_metadata(merged, getattr(artifact, "name", "") or "artifact")
     artifact.metadata.update(merged)
+
+
+def log_metrics(artifact: Any, values: Mapping[str, Any]) -> None:
+    """Log ``values`` on a metrics artifact with its ``log_metric``, all of them or none.
+
+    kfp's ``log_metric`` writes into the artifact's metadata without :func:`describe`'s check,
+    and the executor then writes a NaN or an infinity as bare ``NaN``/``Infinity``, which is
+    not JSON: the launcher's ``protojson.Unmarshal`` of the executor output
+    (``getExecutorOutputFile`` in ``launcher_v2.go``) refuses the whole file after the step's
+    work is done, while ``kfp.local`` accepts it. Checked here first, so a diverged number fails
+    the step with its name on every runner.
+
+    Raises:
+        MetadataError: A value is not a finite number (every such value is named).
+
+    """
+    bad = [
+        f"{name}={value}"
+        for name, value in values.items()
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    ]
+    if bad:
+        raise MetadataError(
+            f"{getattr(artifact, 'name', '') or 'metrics'}: metrics that are not finite numbers "
+            f"({', '.join(bad)}); Kubeflow's launcher cannot read them back (bare NaN is not "
+            "JSON)"
+        )
+    for name, value in values.items():
+        artifact.log_metric(name, value)

@@ -11,6 +11,12 @@ from typing import Any
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.images import DEFAULT_REGISTRY, DEFAULT_TAG, IMAGE_ENV, ImageSet
+from tfrecord_suite.launch.credentials import (
+    CREDENTIALS_ENV,
+    S3_OPTIONAL_KEYS,
+    S3_REQUIRED_KEYS,
+    Credentials,
+)
 from tfrecord_suite.launch.placement import Placement
 
 
@@ -46,12 +52,38 @@ def apply_placement(placement: Placement, task: Any) -> Any:
     return task
 
 
+def apply_credentials(credentials: Credentials, task: Any) -> Any:
+    """Give a kfp task the storage Secret and the image pull Secrets ``credentials`` name.
+
+    The same shape as the pods the train step creates get (:class:`Credentials`): a ``gcs-key``
+    Secret mounted read-only with ``GOOGLE_APPLICATION_CREDENTIALS`` pointing at its key file,
+    or an ``s3-keys`` Secret's keys as environment variables (the endpoint and region optional).
+    Secret names are compiled in as strings, which every KFP 2.x driver reads.
+    """
+    from kfp import kubernetes
+
+    from tfrecord_suite.launch.credentials import STORAGE_MOUNT
+
+    secret = credentials.storage_secret
+    if secret and credentials.storage_secret_type == "gcs-key":
+        kubernetes.use_secret_as_volume(task, secret_name=secret, mount_path=STORAGE_MOUNT)
+        task.set_env_variable("GOOGLE_APPLICATION_CREDENTIALS", credentials.key_file)
+    elif secret:
+        kubernetes.use_secret_as_env(task, secret, {k: k for k in S3_REQUIRED_KEYS})
+        kubernetes.use_secret_as_env(task, secret, {k: k for k in S3_OPTIONAL_KEYS}, optional=True)
+    if credentials.pull_secret_names():
+        kubernetes.set_image_pull_secrets(task, credentials.pull_secret_names())
+    return task
+
+
 #: CPU and memory each step requests by default (Kubernetes quantities). The shard step runs
 #: Beam's DirectRunner inside its pod when no remote runner is given; evaluation loads two
-#: SavedModels; the train step's request follows its placement (:func:`train_request`).
+#: SavedModels; the train step's request follows its placement (:func:`train_request`). Each
+#: fits a common 4 vCPU / 16 GB node (tests/integration/test_k8s_apiserver.py); --step-resources
+#: asks for more where nodes are larger.
 STEP_REQUESTS: dict[str, tuple[str, str]] = {
     "fingerprint": ("500m", "512Mi"),
-    "shard": ("4", "8Gi"),
+    "shard": ("3", "8Gi"),
     "version": ("1", "2Gi"),
     "resolve_dataset": ("250m", "512Mi"),
     "evaluate": ("2", "8Gi"),
@@ -105,6 +137,9 @@ class Deployment:
             separated by commas, e.g. shard=8/32Gi,train=16/64Gi.
         caching: Let Kubeflow reuse an earlier run's result of the steps that allow it (shard
             and train on the same data and parameters); --no-caching runs every step.
+        credentials: The storage and image pull Secrets every step gets, and every pod the
+            train step creates (flat flags: --storage-secret, --storage-secret-type,
+            --image-pull-secrets).
 
     """
 
@@ -112,6 +147,9 @@ class Deployment:
     image_tag: str = DEFAULT_TAG
     step_resources: str = ""
     caching: bool = True
+    credentials: Credentials = dataclasses.field(
+        default_factory=Credentials, metadata={"cli_flatten_except": ()}
+    )
 
     def __post_init__(self) -> None:
         self.images  # noqa: B018 - validates the registry and tag now, with a clear message
@@ -130,7 +168,7 @@ class Deployment:
         return train_request(placement) if step == "train" else STEP_REQUESTS[step]
 
     def apply(self, step: str, task: Any, placement: Placement) -> Any:
-        """Set ``step``'s CPU and memory requests, and the image it runs in, on its kfp task.
+        """Set ``step``'s CPU and memory, its image and its Secrets on its kfp task.
 
         The image goes into the container's environment (``TFRECORD_SUITE_IMAGE``), so the
         manifests a step writes name the image that really produced them.
@@ -138,4 +176,8 @@ class Deployment:
         cpu, memory = self.requests(step, placement)
         image = placement.step_image(self.images) if step == "train" else self.images.component
         task.set_env_variable(IMAGE_ENV, image)
+        apply_credentials(self.credentials, task)
+        if step == "train" and self.credentials:
+            # the train step hands them on to the pods it creates (launch/credentials.py)
+            task.set_env_variable(CREDENTIALS_ENV, self.credentials.to_json())
         return task.set_cpu_request(cpu).set_memory_request(memory)

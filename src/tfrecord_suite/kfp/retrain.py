@@ -71,3 +71,55 @@ def retrain(
         "dataset_name": dataset,
     }
     return {"submitted": True, "reason": reason, **submit(full)}
+
+
+#: The key of a settings file holding the pipeline's parameters (a mapping).
+PARAMS_KEY = "params"
+
+
+def load_settings(path: str, flags: dict[str, str]) -> dict[str, Any]:
+    """A retraining settings file as ``{parameter name: value}`` of the command's options.
+
+    The file (YAML, local or ``gs://``) is the one place a deployment's retraining is written:
+    every key is a flag of ``tfrecord-suite retrain`` without its dashes (``accelerator-type``
+    or ``accelerator_type``), and ``params`` maps pipeline parameters to values. The CronJob
+    (from a ConfigMap of ``k8s/base/retrain.yaml``) and the CI workflow read the same file.
+
+    Args:
+        path: The file.
+        flags: ``flag name -> option name`` of the command (``input -> input_uri``...).
+
+    Returns:
+        Option values; ``params`` as the ``name=value`` pairs ``--param`` takes.
+
+    Raises:
+        UserError: Not a mapping, a key that is no flag, or ``params`` not a mapping.
+
+    """
+    import json
+
+    import yaml
+
+    from tfrecord_suite.errors import UserError
+
+    doc = yaml.safe_load(storage.read_text(path)) or {}
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: expected a mapping of retrain flags to values")
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == PARAMS_KEY:
+            if not isinstance(value, dict):
+                raise UserError(f"{path}: params must map pipeline parameters to values")
+            out["params"] = [
+                f"{name}={json.dumps(v) if isinstance(v, list | bool) else v}"
+                for name, v in value.items()
+            ]
+            continue
+        name = flags.get(str(key).replace("_", "-"))
+        if name is None:
+            raise UserError(
+                f"{path}: {key!r} is not a flag of tfrecord-suite retrain; known: "
+                f"{', '.join(sorted(flags))}"
+            )
+        out[name] = value
+    return out

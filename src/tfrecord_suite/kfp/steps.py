@@ -4,7 +4,8 @@ Every ready pipeline (``pipelines/``) places its tasks through :class:`Steps`, a
 pipeline can give a task of ours the same settings with
 :func:`tfrecord_suite.components.configure`: display name, retries, whether Kubeflow may cache
 it, the pod facts it reads through the downward API (:mod:`tfrecord_suite.podinfo`), CPU and
-memory requests, the image it records, and for the train step its placement.
+memory requests, the image it records, the Secrets it gets, and for the train step its placement
+and the trainer labels.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from tfrecord_suite import podinfo
 from tfrecord_suite.kfp.components import Components, build_components
 from tfrecord_suite.kfp.placement import Deployment, apply_placement
+from tfrecord_suite.launch.job import TRAINER_LABELS
 from tfrecord_suite.launch.placement import Placement
 
 
@@ -92,6 +94,9 @@ def configure(
     deployment.apply(name, task, placement)
     if name == "train":
         apply_placement(placement, task)
+        # a tf.data service's NetworkPolicy admits trainer pods (launch/data_service.py)
+        for key, value in TRAINER_LABELS.items():
+            kubernetes.add_pod_label(task, key, value)
     return task
 
 

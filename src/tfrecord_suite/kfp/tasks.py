@@ -28,7 +28,7 @@ from typing import Any
 from tfrecord_suite import images
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.io import storage
-from tfrecord_suite.kfp.mlmd import describe
+from tfrecord_suite.kfp.mlmd import describe, log_metrics
 from tfrecord_suite.podinfo import PodInfo
 
 _LOG = logging.getLogger(__name__)
@@ -46,6 +46,16 @@ def _setup_logging() -> None:
 def running_image() -> str:
     """The image this step runs in, as compiled into its container's environment."""
     return os.environ.get(images.IMAGE_ENV) or images.COMPONENT_IMAGE
+
+
+def running_images() -> images.ImageSet:
+    """The image set of this step's image: where the images it starts come from.
+
+    A component built with ``tfrecord_suite.components.build(image_registry=R, image_tag=T)``
+    starts its distributed job's nodes and tf.data service workers from ``R`` and ``T``; a step
+    on an image of the user's own falls back to the default set.
+    """
+    return images.ImageSet.find(running_image()) or images.DEFAULT_IMAGES
 
 
 @contextlib.contextmanager
@@ -341,7 +351,13 @@ def train_task(
     metrics and report are then copied into ``model.path``.
 
     ``input_service="cluster:N"`` first starts a tf.data service of N worker pods (on
-    ``data_service_image``) for the run, owned by this pod, and deletes it when training ends.
+    ``data_service_image``) for the run, and deletes it when training ends.
+
+    What the step creates on Kubernetes (the job, the service) names the step's lease as its
+    owner (:mod:`tfrecord_suite.launch.lease`): cancelled (SIGTERM) the step deletes it all;
+    killed, or its node lost, the lease ends within minutes and Kubernetes deletes it all. The
+    pods get the Secrets the pipeline was compiled with (``--storage-secret``,
+    ``--image-pull-secrets``: :mod:`tfrecord_suite.launch.credentials`).
     """
     from tfrecord_suite.train.trainer import TrainConfig
 
@@ -360,33 +376,109 @@ def train_task(
         input_service=input_service,
     )
     where = _placement(placement, launcher)
-    with _cluster_input_service(config, data_service_image, model.uri, workers) as config:
-        if workers == 1 and not where.launch_job:
+    with contextlib.ExitStack() as stack:
+        launch = stack.enter_context(
+            _launching(config, workers, where, model.uri, data_service_image)
+        )
+        config = stack.enter_context(_cluster_input_service(config, launch))
+        if launch is None or not launch.kinds:
             from tfrecord_suite.train.trainer import run_train
 
             with _final_on_bad_input("train"):  # a bad feature config or model function
                 result = run_train(config)
         else:
-            result = _train_in_job(
-                config,
-                workers,
-                where,
-                model.uri,
-                trainer_image,
-                keep_failed_tfjob,
-            )
+            result = _train_in_job(config, workers, where, launch, trainer_image,
+                                   keep_failed_tfjob)  # fmt: skip
             _copy_model_outputs(result.model_dir, model.path)
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
 
 
+@dataclasses.dataclass
+class _Launch:
+    """What the train step creates on Kubernetes with: the API, the run, its lease, its Secrets.
+
+    Attributes:
+        api: The Kubernetes ``ApiClient``.
+        run_key: Names the run's objects (the pipeline run's id, or the model artifact's URI).
+        pod: The step's own pod.
+        lease: The lease every object created names as owner (None: the step's pod owns them).
+        credentials: The Secrets every pod created gets.
+        kinds: The job kinds to try, in order (empty: training runs in the step's pod).
+        image: The image of the run's tf.data service (and of the lease's template).
+
+    """
+
+    api: Any
+    run_key: str
+    pod: PodInfo
+    lease: Any
+    credentials: Any
+    kinds: list[Any]
+    image: str
+
+    def owner(self) -> dict[str, str] | None:
+        """The ``ownerReference`` of what the step creates."""
+        return self.lease.owner_reference() if self.lease else self.pod.owner_reference()
+
+
 @contextlib.contextmanager
-def _cluster_input_service(
-    config: Any, image: str, fallback_key: str, workers: int
-) -> Iterator[Any]:
+def _launching(
+    config: Any, workers: int, where: Any, fallback_key: str, image: str
+) -> Iterator[_Launch | None]:
+    """The API and a lease (:mod:`~tfrecord_suite.launch.lease`) when the step creates objects.
+
+    None when it trains in its own pod and starts no service. The lease is named after the run
+    (``fallback_key`` where the pod does not know its run), owned by the step's pod, renewed
+    while this block runs and deleted after it; a retried step adopts a live one. A job kept
+    on failure (``keep_failed_tfjob``) is owned by the step's pod instead, so it outlives the
+    lease.
+    """
+    from tfrecord_suite.launch.credentials import Credentials
+    from tfrecord_suite.launch.discovery import choose_launchers
+    from tfrecord_suite.launch.job import job_name, kubernetes_client
+    from tfrecord_suite.launch.lease import Lease, lease_name
+    from tfrecord_suite.train.service import InputService
+
+    with _final_on_bad_input("train"):
+        wanted = InputService.parse(config.input_service)
+    job = workers > 1 or where.launch_job
+    service = wanted.cluster_workers if wanted else 0
+    if not (job or service):
+        yield None
+        return
+    if service:
+        from tfrecord_suite.registry.datasets import resolve_dataset
+        from tfrecord_suite.train.service import check_files_per_worker
+
+        with _final_on_bad_input("train"):  # before anything is created
+            manifest, _ = resolve_dataset(config.dataset)
+            train_files = sum(1 for s in manifest.shards if s["split"] == "train")
+            check_files_per_worker(wanted, train_files, workers)
+    pod = PodInfo.from_env()
+    run_key = pod.run_id or fallback_key
+    with _final_on_bad_input("train"):  # no Kubernetes API, no job API: a retry will not help
+        api = kubernetes_client()
+        kinds = choose_launchers(where.launcher, api) if job else []
+    image = image or running_images().component
+    launch = _Launch(api, run_key, pod, None, Credentials.from_env(), kinds, image)
+    lease = Lease(
+        api,
+        lease_name(job_name(run_key)),
+        image,
+        run_id=run_key,
+        owner=pod.owner_reference(),
+    )
+    with lease:
+        launch.lease = lease
+        yield launch
+
+
+@contextlib.contextmanager
+def _cluster_input_service(config: Any, launch: _Launch | None) -> Iterator[Any]:
     """``config``, its ``cluster:N`` input service started as pods and named by its address.
 
-    The service is named after the run (``fallback_key`` where the pod does not know its run),
-    so a retried step adopts its own; it runs as the step's account, owned by the step's pod.
+    The service is named after the run, so a retried step adopts its own; it runs as the
+    step's account, owned by the step's lease, with the step's Secrets.
     """
     from tfrecord_suite.train.service import InputService
 
@@ -396,26 +488,17 @@ def _cluster_input_service(
         yield config
         return
     from tfrecord_suite.launch.data_service import DataServiceLauncher
-    from tfrecord_suite.launch.job import job_name, kubernetes_client
-    from tfrecord_suite.registry.datasets import resolve_dataset
-    from tfrecord_suite.train.service import check_files_per_worker
+    from tfrecord_suite.launch.job import job_name
 
-    with _final_on_bad_input("train"):
-        manifest, _ = resolve_dataset(config.dataset)
-        train_files = sum(1 for s in manifest.shards if s["split"] == "train")
-        check_files_per_worker(wanted, train_files, workers)
-
-    pod = PodInfo.from_env()
-    run_key = pod.run_id or fallback_key
-    with _final_on_bad_input("train"):  # no Kubernetes API: a retry will not help
-        api = kubernetes_client()
-    with DataServiceLauncher(api).running(
-        f"{job_name(run_key)}-data",
+    assert launch is not None  # _launching made one for the service (and checked the files)
+    with DataServiceLauncher(launch.api).running(
+        f"{job_name(launch.run_key)}-data",
         wanted.cluster_workers,
-        image or images.COMPONENT_IMAGE,
-        run_id=run_key,
-        service_account=pod.service_account,
-        owner=pod.owner_reference(),
+        launch.image,
+        run_id=launch.run_key,
+        service_account=launch.pod.service_account,
+        owner=launch.owner(),
+        credentials=launch.credentials,
     ) as address:
         _LOG.info("training input through the run's tf.data service at %s", address)
         yield dataclasses.replace(config, input_service=address)
@@ -454,53 +537,43 @@ def _train_in_job(
     config: Any,
     workers: int,
     where: Any,
-    fallback_key: str,
+    launch: _Launch,
     trainer_image: str,
     keep_failed: bool,
 ) -> Any:
     """Train in a TrainJob or TFJob whose chief writes under the registry; return its metrics.
 
-    The job is named after the pipeline run (``fallback_key``, the model artifact's URI, where
-    the pod does not know its run), so a retried step adopts its own job; it runs as the step's
-    own service account, and names the step's pod as its owner.
+    The job is named after the pipeline run, so a retried step adopts its own job; it runs as
+    the step's own service account with the step's Secrets, owned by the step's lease (by its
+    pod when ``keep_failed``: a kept job must outlive the lease).
     """
     from tfrecord_suite.cli import options
-    from tfrecord_suite.launch.discovery import choose_launchers
-    from tfrecord_suite.launch.job import (
-        JobConfig,
-        JobLauncher,
-        JobRejected,
-        job_name,
-        kubernetes_client,
-    )
+    from tfrecord_suite.launch.job import JobConfig, JobLauncher, JobRejected, job_name
     from tfrecord_suite.registry.refs import DatasetRef
     from tfrecord_suite.train.metrics import TrainMetrics
 
-    pod = PodInfo.from_env()
-    run_key = pod.run_id or fallback_key
-    name = job_name(run_key)
+    name = job_name(launch.run_key)
     shared = storage.join(DatasetRef.parse(config.dataset).root, "_runs", name, "model")
     config = dataclasses.replace(config, model_dir=shared)
     config.validate()
     if config.strategy == "auto" and workers > 1:
         config.strategy = "multi_worker"
-    with _final_on_bad_input("train"):  # no job API on the cluster: a retry will not help
-        api = kubernetes_client()
-        kinds = choose_launchers(where.launcher, api)
+    kinds = launch.kinds
     job = JobConfig(
         name=name,
-        image=trainer_image or images.trainer_image(where.accelerator_resource),
+        image=trainer_image or running_images().trainer(where.accelerator_resource),
         trainer_args=options.to_args(config),
         workers=workers,
         placement=where,
-        run_id=run_key,
-        service_account=pod.service_account,
-        owner=pod.owner_reference(),
+        run_id=launch.run_key,
+        service_account=launch.pod.service_account,
+        owner=launch.pod.owner_reference() if keep_failed else launch.owner(),
+        credentials=launch.credentials,
         keep_on_failure=keep_failed,
     )
     for kind, fallback in zip(kinds, [*kinds[1:], None], strict=True):
         try:
-            JobLauncher(kind, api).run(job)
+            JobLauncher(kind, launch.api).run(job)
             break
         except JobRejected as exc:
             if fallback is None:
@@ -539,12 +612,15 @@ def _fill_train_artifacts(
             "replicas": result.replicas,
         },
     )
-    for split, values in result.evaluation.items():
-        for name, value in values.items():
-            metrics.log_metric(f"{split}_{name}", round(float(value), 6))
-    metrics.log_metric("examples_per_second", round(result.examples_per_second, 1))
-    if result.input:
-        metrics.log_metric("input_wait_share", round(result.input["input_wait_share"], 4))
+    logged = {
+        f"{split}_{name}": round(float(value), 6)
+        for split, values in result.evaluation.items()
+        for name, value in values.items()
+    }
+    logged["examples_per_second"] = round(result.examples_per_second, 1)
+    if result.input.get("input_wait_share") is not None:
+        logged["input_wait_share"] = round(result.input["input_wait_share"], 4)
+    log_metrics(metrics, logged)
     check = result.serving_check
     if check:
         classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
@@ -624,13 +700,49 @@ def default_model_registry(registry_root: str) -> str:
     return storage.join(registry_root, "_models")
 
 
-def _model_target(dataset: Any, model_registry: str, model_name: str) -> tuple[str, str]:
+def dataset_reference(dataset: Any, step: str) -> str:
+    """The exact version reference (``<root>/<name>@<version>``) a Dataset artifact names.
+
+    The version and resolve_dataset steps put it in the artifact's ``ref`` metadata. A Dataset
+    made by anything else (a ``dsl.importer``, a component of the user's) carries at most its
+    URI, which is taken when it is a version folder, ``<registry>/<name>/<MAJOR.MINOR.PATCH>``
+    holding ``manifest.json``.
+
+    Raises:
+        RetryWillNotHelp: The artifact names no dataset version; the message says what to pass.
+
+    """
+    from tfrecord_suite.registry.manifest import Manifest, RegistryError
+
+    ref = dataset.metadata.get("ref")
+    if ref:
+        return str(ref)
+    uri = storage.normalize(str(dataset.metadata.get("version_uri") or dataset.uri)).rstrip("/")
+    manifest_uri = storage.join(uri, "manifest.json")
+    try:
+        if storage.exists(manifest_uri):
+            m = Manifest.load(storage.read_text(manifest_uri), manifest_uri)
+            name_dir = storage.parent(uri)
+            if storage.basename(uri) == m.version and storage.basename(name_dir) == m.dataset:
+                return f"{storage.join(storage.parent(name_dir), m.dataset)}@{m.version}"
+    except RegistryError as exc:
+        raise RetryWillNotHelp(f"{step}: the dataset input {uri}: {exc}") from exc
+    raise RetryWillNotHelp(
+        f"{step}: the dataset input {uri} names no dataset version: its metadata has no 'ref' "
+        "and it is not a version folder (<registry>/<dataset>/<MAJOR.MINOR.PATCH>/ holding "
+        "manifest.json). Pass the version or resolve_dataset step's 'dataset' output, or a "
+        "dsl.importer of a version folder (or with metadata={'ref': "
+        "'<registry>/<dataset>@<version>'})"
+    )
+
+
+def _model_target(dataset: Any, model_registry: str, model_name: str, step: str) -> tuple[str, str]:
     """The model registry and name, defaulting to ``<dataset registry>/_models`` and the dataset."""
     from tfrecord_suite.registry.refs import DatasetRef
 
     if model_registry and model_name:
         return model_registry, model_name
-    ref = DatasetRef.parse(dataset.metadata["ref"])
+    ref = DatasetRef.parse(dataset_reference(dataset, step))
     return model_registry or default_model_registry(ref.root), model_name or ref.dataset
 
 
@@ -653,10 +765,10 @@ def evaluate_task(
     from tfrecord_suite.train.evaluate import GateConfig, markdown, run_gate
 
     _setup_logging()
-    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    model_registry, model_name = _model_target(dataset, model_registry, model_name, "evaluate")
     result = run_gate(
         GateConfig(
-            dataset=dataset.metadata.get("ref") or dataset.uri,
+            dataset=dataset_reference(dataset, "evaluate"),
             export_dir=export_dir(model),
             model_registry=model_registry,
             model_name=model_name,
@@ -665,9 +777,10 @@ def evaluate_task(
         )
     )
     metric = result.metric
-    evaluation.log_metric(f"candidate_{metric}", round(result.candidate["value"], 6))
+    scores = {f"candidate_{metric}": round(result.candidate["value"], 6)}
     if result.baseline:
-        evaluation.log_metric(f"baseline_{metric}", round(result.baseline["value"], 6))
+        scores[f"baseline_{metric}"] = round(result.baseline["value"], 6)
+    log_metrics(evaluation, scores)
     describe(
         evaluation,
         {
@@ -700,13 +813,14 @@ def register_task(
     from tfrecord_suite.registry.models import ModelRegistry
 
     _setup_logging()
-    model_registry, model_name = _model_target(dataset, model_registry, model_name)
+    model_registry, model_name = _model_target(dataset, model_registry, model_name, "register")
+    ref = dataset_reference(dataset, "register")
     result = ModelRegistry(model_registry).register(
         model_name,
         storage.normalize(model.path),
         model.metadata.get("export_subdir") or EXPORT_SUBDIR,
         lineage={
-            "dataset": dataset.metadata.get("ref"),
+            "dataset": ref,
             "dataset_uri": dataset.metadata.get("version_uri"),
             "model_artifact_uri": model.uri,
             "dataset_digest": dataset.metadata.get("digest"),
@@ -727,7 +841,7 @@ def register_task(
             "version": result.version,
             "export_dir": result.export_dir,
             "content_digest": result.manifest["content_digest"],
-            "dataset": dataset.metadata.get("ref"),
+            "dataset": ref,
         },
     )
     return result.version

@@ -1,44 +1,73 @@
 """A tf.data service on Kubernetes: its objects, and a run's own service beside its trainers.
 
-One function, :func:`objects`, makes the three objects a service is: a headless Service giving
-every pod a stable name (``<pod>.<name>``), a dispatcher StatefulSet and a worker StatefulSet
-whose pods advertise those names, the fixed list the dispatcher takes (the reader's static
-sharding refuses any other worker, and a worker restarted by its StatefulSet comes back under
-its name, which lets the epoch go on). ``k8s/data-service`` is these objects for a shared,
-long-lived service (``tfrecord-suite data-service manifests`` writes it); the train step's
+One function, :func:`objects`, makes what a service is: a headless Service giving every pod a
+stable name (``<pod>.<name>``); a dispatcher StatefulSet whose journal is on a volume claim (a
+restarted dispatcher resumes its jobs from it) and a worker StatefulSet whose pods advertise
+those names, the fixed list the dispatcher takes (the reader's static sharding refuses any other
+worker, and a worker restarted by its StatefulSet comes back under its name, which lets the
+epoch go on); a PodDisruptionBudget that lets a drain take one worker at a time; and a
+NetworkPolicy that admits only trainer pods (:data:`~tfrecord_suite.launch.job.TRAINER_LABELS`)
+and the service's own pods to its ports (the servers have no authentication).
+
+The pods run under a named service account with no API token mounted, as non-root with no
+capabilities, a read-only root filesystem (``/tmp`` is an emptyDir) and the runtime's seccomp
+profile, and request what fits a 4 vCPU / 16 GB node (:data:`WORKER_RESOURCES`); the workers
+prefer nodes of their own.
+
+``k8s/data-service`` is these objects for a shared, long-lived service (``tfrecord-suite
+data-service manifests`` writes it, with a service account of its own); the train step's
 ``--input-service cluster:N`` makes them for its run with :class:`DataServiceLauncher`, owned
-by the step's pod, and deletes them when training ends.
+by the step's lease (:mod:`tfrecord_suite.launch.lease`), running as the run's account, and
+deletes them when training ends.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tfrecord_suite.launch.credentials import Credentials
 from tfrecord_suite.launch.job import (
     NO_SIDECAR,
     RUN_LABEL,
+    TRAINER_LABELS,
     JobError,
     current_namespace,
     label_value,
+    log_unschedulable,
     retrying,
+    unschedulable,
 )
 from tfrecord_suite.train.service import DISPATCHER_PORT, WORKER_PORT
 
 _NAME_LABEL = "app.kubernetes.io/name"
 _COMPONENT_LABEL = "app.kubernetes.io/component"
 JOURNAL = "/journal"
+JOURNAL_SIZE = "1Gi"
 READY_FILE = "/tmp/tfrs-data-service.ready"
-#: What one worker asks for: it reads, parses and decodes, so CPU is what it is for.
-WORKER_REQUESTS = {"cpu": "4", "memory": "8Gi"}
-DISPATCHER_REQUESTS = {"cpu": "1", "memory": "2Gi"}
-_SECURITY = {
+#: What one worker asks for and may use: it reads, parses and decodes, so CPU is what it is
+#: for. Requests fit a 4 vCPU / 16 GB node after the kubelet's reservation and the daemon sets
+#: (about 3.5 CPUs and 12 GiB free); no CPU limit (idle cores are the input's to use), a memory
+#: limit so that a runaway buffer ends the worker, not its node.
+WORKER_RESOURCES = {"requests": {"cpu": "3", "memory": "8Gi"}, "limits": {"memory": "10Gi"}}
+DISPATCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"},
+                        "limits": {"memory": "2Gi"}}  # fmt: skip
+_USER = 10001
+_POD_SECURITY = {
     "runAsNonRoot": True,
-    "runAsUser": 10001,
-    "runAsGroup": 10001,
+    "runAsUser": _USER,
+    "runAsGroup": _USER,
+    # the journal volume is writable by the group
+    "fsGroup": _USER,
     "seccompProfile": {"type": "RuntimeDefault"},
+}
+_CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
 }
 
 
@@ -57,31 +86,39 @@ def objects(
     workers: int,
     image: str,
     *,
-    journal_claim: bool = True,
     service_account: str = "",
+    own_service_account: bool = False,
     labels: dict[str, str] | None = None,
     owner: dict[str, Any] | None = None,
+    credentials: Credentials | None = None,
 ) -> list[dict[str, Any]]:
-    """The Service and the two StatefulSets of the tf.data service ``name``.
+    """The objects of the tf.data service ``name``.
 
     Args:
         name: The Service's name; the StatefulSets are ``<name>-dispatcher`` and
             ``<name>-worker``.
         workers: Worker pods.
         image: The suite's image (it runs ``tfrecord-suite data-service``).
-        journal_claim: Keep the dispatcher's journal on a volume claim, which outlives its pod
-            (a long-lived service); otherwise on an emptyDir, which outlives a restart of its
-            container (a run's own service: a StatefulSet leaves its claims behind).
-        service_account: The pods' account (it must read the dataset's bucket); empty: the
-            namespace's default.
+        service_account: The pods' account (the workers must read the dataset's bucket);
+            empty: ``name`` when ``own_service_account``, else the namespace's default.
+        own_service_account: Also make a ServiceAccount ``name`` (no token mounted) for the
+            pods (a long-lived service; annotate it for Workload Identity or IRSA).
         labels: Added to every object and pod (e.g. the run's label).
         owner: An ownerReference every object carries (deleted with its owner).
+        credentials: Secrets the pods get (image pull Secrets; the storage Secret, workers
+            only: the dispatcher reads no data).
+
+    Returns:
+        [ServiceAccount,] Service, dispatcher StatefulSet, worker StatefulSet,
+        PodDisruptionBudget, NetworkPolicy.
 
     """
     if workers < 1:
         raise ValueError(f"a tf.data service needs at least one worker, got {workers}")
     labels = dict(labels or {})
+    credentials = credentials or Credentials()
     selector = {_NAME_LABEL: name}
+    account = service_account or (name if own_service_account else "")
 
     def metadata(object_name: str) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": object_name}
@@ -91,8 +128,10 @@ def objects(
             meta["ownerReferences"] = [owner]
         return meta
 
+    def pods_of(component: str) -> dict[str, str]:
+        return {**selector, _COMPONENT_LABEL: component}
+
     def stateful_set(component: str, replicas: int, args: list[str], **extra: Any) -> dict:
-        pod_labels = {**labels, **selector, _COMPONENT_LABEL: component, **NO_SIDECAR}
         port = DISPATCHER_PORT if component == "dispatcher" else WORKER_PORT
         container: dict[str, Any] = {
             "name": component,
@@ -108,29 +147,32 @@ def objects(
                 "exec": {"command": ["test", "-e", READY_FILE]},
                 "periodSeconds": 2,
             },
-            "resources": {
-                "requests": dict(
-                    DISPATCHER_REQUESTS if component == "dispatcher" else WORKER_REQUESTS
-                )
-            },
-            **extra.pop("container", {}),
+            "resources": dict(extra.pop("resources")),
+            "securityContext": dict(_CONTAINER_SECURITY),
+            # the root filesystem is read-only: HOME and the ready file live in /tmp
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *extra.pop("mounts", [])],
         }
         pod_spec: dict[str, Any] = {
             "automountServiceAccountToken": False,
-            "securityContext": dict(_SECURITY),
+            "securityContext": dict(_POD_SECURITY),
             "containers": [container],
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
             **extra.pop("pod", {}),
         }
-        if service_account:
-            pod_spec["serviceAccountName"] = service_account
+        if account:
+            pod_spec["serviceAccountName"] = account
+        extra.pop("credentials").apply(pod_spec, [container])
         spec: dict[str, Any] = {
             "serviceName": name,
             "replicas": replicas,
             # start and replace pods independently: a killed worker must come back at its name
             "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {**selector, _COMPONENT_LABEL: component}},
+            "selector": {"matchLabels": pods_of(component)},
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": dict(NO_SIDECAR)},
+                "metadata": {
+                    "labels": {**labels, **pods_of(component), **NO_SIDECAR},
+                    "annotations": dict(NO_SIDECAR),
+                },
                 "spec": pod_spec,
             },
             **extra,
@@ -142,20 +184,6 @@ def objects(
             "spec": spec,
         }
 
-    journal_volume = {"name": "journal", "mountPath": JOURNAL}
-    dispatcher_extra: dict[str, Any] = {"container": {"volumeMounts": [journal_volume]}}
-    if journal_claim:
-        dispatcher_extra["volumeClaimTemplates"] = [
-            {
-                "metadata": {"name": "journal"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
-        ]
-    else:
-        dispatcher_extra["pod"] = {"volumes": [{"name": "journal", "emptyDir": {}}]}
     dispatcher = stateful_set(
         "dispatcher",
         1,
@@ -164,9 +192,22 @@ def objects(
             f"--work-dir={JOURNAL}",
             f"--worker-addresses={','.join(worker_names(name, workers))}",
         ],
-        **dispatcher_extra,
+        resources=DISPATCHER_RESOURCES,
+        credentials=dataclasses.replace(credentials, storage_secret=""),
+        mounts=[{"name": "journal", "mountPath": JOURNAL}],
+        # the journal outlives the pod: a dispatcher restarted at its name resumes every job
+        volumeClaimTemplates=[
+            {
+                "metadata": {"name": "journal"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": JOURNAL_SIZE}},
+                },
+            }
+        ],
+        # ... and goes with the StatefulSet (Kubernetes 1.27 and later; before, the claim stays)
+        persistentVolumeClaimRetentionPolicy={"whenDeleted": "Delete", "whenScaled": "Retain"},
     )
-    dispatcher["spec"]["template"]["spec"]["securityContext"]["fsGroup"] = 10001
     worker = stateful_set(
         "worker",
         workers,
@@ -176,6 +217,24 @@ def objects(
             f"--address=$(POD_NAME).{name}:{WORKER_PORT}",
         ],
         env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        resources=WORKER_RESOURCES,
+        credentials=credentials,
+        # workers on nodes of their own where there are enough: a node lost takes one worker
+        pod={
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "podAffinityTerm": {
+                                "labelSelector": {"matchLabels": pods_of("worker")},
+                                "topologyKey": "kubernetes.io/hostname",
+                            },
+                        }
+                    ]
+                }
+            }
+        },
     )
     service = {
         "apiVersion": "v1",
@@ -192,11 +251,61 @@ def objects(
             ],
         },
     }
-    return [service, dispatcher, worker]
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(f"{name}-worker"),
+        # a drain takes one worker at a time: it comes back at its name and re-reads its share
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pods_of("worker")}},
+    }
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(name),
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    # the trainers, and the service's own pods (workers register with the
+                    # dispatcher); nothing else reaches the unauthenticated servers
+                    "from": [
+                        {"podSelector": {"matchLabels": dict(TRAINER_LABELS)}},
+                        {"podSelector": {"matchLabels": selector}},
+                    ],
+                    "ports": [
+                        {"protocol": "TCP", "port": DISPATCHER_PORT},
+                        {"protocol": "TCP", "port": WORKER_PORT},
+                    ],
+                }
+            ],
+        },
+    }
+    made = [service, dispatcher, worker, budget, policy]
+    if own_service_account:
+        made.insert(
+            0,
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": metadata(account),
+                # the servers never call the Kubernetes API
+                "automountServiceAccountToken": False,
+            },
+        )
+    return made
 
 
 class DataServiceLauncher:
-    """Creates a run's tf.data service, waits until its pods are ready, deletes it after."""
+    """Creates a run's tf.data service, waits until its pods are ready, deletes it after.
+
+    The objects are :func:`objects`' (no service account of their own: the pods run as the
+    run's), created in order, each adopted instead when a retried step's earlier attempt made
+    it (same run label), and deleted in reverse order on leaving, whatever happened; an object
+    of another run holding a name is refused and left alone, with all after it. With
+    ``owner`` the step's lease, they go within minutes of the step even when it cannot delete
+    them (killed, or its node lost).
+    """
 
     def __init__(
         self,
@@ -209,6 +318,8 @@ class DataServiceLauncher:
 
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
         self._sleep = sleep
         self._clock = clock
         self.timeout_seconds = timeout_seconds
@@ -224,39 +335,47 @@ class DataServiceLauncher:
         service_account: str = "",
         owner: dict[str, Any] | None = None,
         namespace: str = "",
+        credentials: Credentials | None = None,
     ) -> Iterator[str]:
-        """The dispatcher's address while the service ``name`` runs; deleted on leaving."""
+        """The dispatcher's address while the service ``name`` runs; deleted on leaving.
+
+        Raises:
+            JobError: An object could not be created, belongs to another run, or the pods were
+                not ready within ``timeout_seconds``.
+
+        """
         namespace = namespace or current_namespace()
         labels = {RUN_LABEL: label_value(run_id)} if run_id else {}
         made = objects(
             name,
             workers,
             image,
-            journal_claim=False,
             service_account=service_account,
             labels=labels,
             owner=owner,
+            credentials=credentials,
         )
+        ours: list[dict[str, Any]] = []  # created or adopted: never another run's
         try:
             for body in made:
                 self._create_or_adopt(namespace, body)
-            self._wait_ready(namespace, made[1:])
+                ours.append(body)
+            self._wait_ready(namespace, [b for b in made if b["kind"] == "StatefulSet"])
             yield dispatcher_address(name)
         finally:
-            for body in reversed(made):
+            for body in reversed(ours):
                 self._delete(namespace, body)
 
     def _calls(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable]:
-        if kind == "Service":
-            return (
-                self.core.create_namespaced_service,
-                self.core.read_namespaced_service,
-                self.core.delete_namespaced_service,
-            )
-        return (
-            self.apps.create_namespaced_stateful_set,
-            self.apps.read_namespaced_stateful_set,
-            self.apps.delete_namespaced_stateful_set,
+        """``(create, read, delete)`` of one kind of object."""
+        api, suffix = {
+            "Service": (self.core, "service"),
+            "StatefulSet": (self.apps, "stateful_set"),
+            "PodDisruptionBudget": (self.policy, "pod_disruption_budget"),
+            "NetworkPolicy": (self.networking, "network_policy"),
+        }[kind]
+        return tuple(  # type: ignore[return-value]
+            getattr(api, f"{verb}_namespaced_{suffix}") for verb in ("create", "read", "delete")
         )
 
     def _create_or_adopt(self, namespace: str, body: dict[str, Any]) -> None:
@@ -285,6 +404,7 @@ class DataServiceLauncher:
     def _wait_ready(self, namespace: str, sets: list[dict[str, Any]]) -> None:
         deadline = self._clock() + self.timeout_seconds
         _, read, _ = self._calls("StatefulSet")
+        told: dict[str, str] = {}
         while True:
             waiting = []
             for body in sets:
@@ -294,11 +414,21 @@ class DataServiceLauncher:
                     waiting.append(f"{body['metadata']['name']} {ready}/{body['spec']['replicas']}")
             if not waiting:
                 return
+            pending: dict[str, str] = {}
+            for body in sets:
+                selector = ",".join(
+                    f"{k}={v}" for k, v in body["spec"]["selector"]["matchLabels"].items()
+                )
+                pending |= unschedulable(self.core, namespace, selector)
+            log_unschedulable(pending, told)
             if self._clock() >= deadline:
+                reasons = "".join(f"; {pod} is Pending: {why}" for pod, why in pending.items())
                 raise JobError(
                     "the tf.data service's pods were not ready after "
-                    f"{self.timeout_seconds:.0f} s: {', '.join(waiting)} ready"
-                )
+                    f"{self.timeout_seconds:.0f} s: {', '.join(waiting)} ready{reasons}"
+                    + (" (a dispatcher's journal claim binds only where the namespace has a "
+                       "default StorageClass)" if "PersistentVolumeClaim" in reasons else "")
+                )  # fmt: skip
             self._sleep(5.0)
 
     def _delete(self, namespace: str, body: dict[str, Any]) -> None:
@@ -313,9 +443,15 @@ class DataServiceLauncher:
 
 
 #: The files of ``k8s/data-service`` :func:`write_manifests` writes (kustomization.yaml is
-#: written by hand), by object kind and component.
-MANIFEST_FILES = {"Service": "service.yaml", "dispatcher": "dispatcher.yaml",
-                  "worker": "workers.yaml"}  # fmt: skip
+#: written by hand), by object kind (a StatefulSet: by component).
+MANIFEST_FILES = {
+    "ServiceAccount": "serviceaccount.yaml",
+    "Service": "service.yaml",
+    "dispatcher": "dispatcher.yaml",
+    "worker": "workers.yaml",
+    "PodDisruptionBudget": "poddisruptionbudget.yaml",
+    "NetworkPolicy": "networkpolicy.yaml",
+}
 _HEADER = (
     "# Generated by `tfrecord-suite data-service manifests` (launch/data_service.py, the objects\n"
     "# the train step's --input-service cluster:N makes for its run); regenerate, do not edit:\n"
@@ -324,12 +460,14 @@ _HEADER = (
 
 
 def manifest_texts(name: str, workers: int, image: str) -> dict[str, str]:
-    """``file name -> YAML`` of a long-lived service (its journal on a volume claim)."""
+    """``file name -> YAML`` of a long-lived service, with a service account of its own."""
     import yaml
 
     out = {}
-    for doc in objects(name, workers, image):
-        key = doc["kind"] if doc["kind"] == "Service" else doc["metadata"]["name"].rsplit("-")[-1]
+    for doc in objects(name, workers, image, own_service_account=True):
+        key = doc["kind"]
+        if key == "StatefulSet":
+            key = doc["metadata"]["name"].rsplit("-")[-1]
         body = yaml.safe_dump(doc, sort_keys=False, width=100)
         out[MANIFEST_FILES[key]] = _HEADER.format(name=name, workers=workers) + body
     return out

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfrecord_suite.errors import UserError
+from tfrecord_suite.launch.credentials import Credentials
 from tfrecord_suite.launch.placement import Placement
 
 _LOG = logging.getLogger(__name__)
@@ -36,6 +37,12 @@ RUN_LABEL = "tfrecord-suite/run"
 #: reach its peers) and never exits (so the pod never completes). Istio reads the label from
 #: 1.10 on and the annotation before; both are set.
 NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
+#: Every trainer pod's labels: a job's nodes, and the train step's own pod (the compiled
+#: pipeline sets them). A tf.data service's NetworkPolicy admits exactly the pods with these.
+TRAINER_LABELS = {
+    "app.kubernetes.io/name": "tfrecord-suite",
+    "app.kubernetes.io/component": "trainer",
+}
 #: How long a finished job (and its pods, with their logs) stays when the launcher could not
 #: delete it, e.g. because its pod was killed first.
 FINISHED_TTL_SECONDS = 3600
@@ -74,9 +81,12 @@ class JobConfig:
             empty for the namespace's default. The train step passes its own pod's account,
             so the nodes run as the pipeline run does.
         run_id: Pipeline run the job belongs to (a label, so a retried task adopts its job).
-        owner: ``ownerReference`` of the launcher's pod (:class:`~tfrecord_suite.podinfo.PodInfo`):
-            when that pod is deleted, Kubernetes deletes the job and its nodes with it, even if
-            the launcher died before it could.
+        owner: The ``ownerReference`` the job carries: the step's lease
+            (:class:`~tfrecord_suite.launch.lease.Lease`), which ends minutes after the
+            launcher stops renewing it, or the launcher's pod
+            (:class:`~tfrecord_suite.podinfo.PodInfo`); Kubernetes deletes the job and its
+            nodes with its owner, even if the launcher died before it could.
+        credentials: The storage and image pull Secrets every node gets.
         keep_on_failure: Leave a failed job and its pods for inspection instead of deleting them.
         timeout_seconds: Give up (and delete the job) after this long.
         poll_seconds: Time between status checks.
@@ -94,6 +104,7 @@ class JobConfig:
     service_account: str = ""
     run_id: str = ""
     owner: dict[str, str] | None = None
+    credentials: Credentials = dataclasses.field(default_factory=Credentials)
     keep_on_failure: bool = False
     timeout_seconds: float = 24 * 3600.0
     poll_seconds: float = 10.0
@@ -108,10 +119,7 @@ class JobConfig:
 
     def labels(self) -> dict[str, str]:
         """Labels of the job and its pods."""
-        labels = {
-            "app.kubernetes.io/name": "tfrecord-suite",
-            "app.kubernetes.io/component": "trainer",
-        }
+        labels = dict(TRAINER_LABELS)
         if self.run_id:
             labels[RUN_LABEL] = label_value(self.run_id)
         return labels
@@ -227,6 +235,30 @@ def last_true_condition(job: dict[str, Any]) -> tuple[str, str] | None:
     return true[-1].get("type", "Unknown"), true[-1].get("message", "")
 
 
+def unschedulable(core: Any, namespace: str, selector: str) -> dict[str, str]:
+    """``pod -> the scheduler's reason`` for each pod of ``selector`` it cannot place yet.
+
+    The reason is the scheduler's own sentence, e.g. ``0/3 nodes are available: 3 Insufficient
+    cpu`` or ``pod has unbound immediate PersistentVolumeClaims``: what a user needs to see
+    when a job or service waits forever on a pod that no node can take.
+    """
+    pods = retrying(core.list_namespaced_pod)(namespace, label_selector=selector)
+    out = {}
+    for pod in pods.items:
+        for condition in (pod.status.conditions or []) if pod.status else []:
+            if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+                out[pod.metadata.name] = condition.message or "Unschedulable"
+    return out
+
+
+def log_unschedulable(reasons: dict[str, str], told: dict[str, str]) -> None:
+    """Warn once for each pod and reason in ``reasons`` not yet in ``told`` (updated)."""
+    for pod, reason in sorted(reasons.items()):
+        if told.get(pod) != reason:
+            _LOG.warning("pod %s is Pending: %s", pod, reason)
+            told[pod] = reason
+
+
 def retrying(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Retry on transient Kubernetes API errors (429, 5xx, connection failures)."""
     from google.api_core import retry as retry_lib
@@ -298,9 +330,19 @@ class JobLauncher:
         )
 
     def _get(self, namespace: str, name: str) -> dict[str, Any]:
-        return retrying(self.custom.get_namespaced_custom_object)(
-            *self._resource(), namespace, self.kind.plural, name
-        )
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return retrying(self.custom.get_namespaced_custom_object)(
+                *self._resource(), namespace, self.kind.plural, name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            raise JobError(
+                f"{self.kind.kind} {namespace}/{name} was deleted while it ran (by hand, or "
+                "with its owner: the step's lease ended)"
+            ) from exc
 
     def delete(self, namespace: str, name: str) -> None:
         """Delete the job and (foreground propagation) its pods; a missing job is fine."""
@@ -364,7 +406,7 @@ class JobLauncher:
         ns, name = config.namespace, config.name
         failed, cancelled = True, False
         try:
-            with _cancel_on_sigterm(self.kind.kind):
+            with cancel_on_sigterm(self.kind.kind):
                 try:
                     state, message = self._wait(config)
                 except JobCancelled:
@@ -421,6 +463,8 @@ class JobLauncher:
     def _wait(self, config: JobConfig) -> tuple[str, str]:
         deadline = self._clock() + config.timeout_seconds
         last = None
+        told: dict[str, str] = {}
+        pending: dict[str, str] = {}
         while True:
             job = self._get(config.namespace, config.name)
             state, message = self.kind.state(job)
@@ -429,9 +473,18 @@ class JobLauncher:
                 _LOG.info("%s %s: %s", self.kind.kind, config.name, summary)
                 last = summary
             if state in ("Succeeded", "Failed"):
+                # a TrainJob fails at its own deadline (the same as ours) before the launcher's
+                # ends: with nodes never placed, its "exceeded its active deadline" needs the why
+                if state == "Failed" and pending:
+                    message += "".join(f"; {pod} is Pending: {why}" for pod, why in pending.items())
                 return state, message
+            pending = unschedulable(
+                self.core, config.namespace, self.kind.pod_selector(config.name)
+            )
+            log_unschedulable(pending, told)
             if self._clock() >= deadline:
-                return "TimedOut", f"not finished after {config.timeout_seconds:.0f} s"
+                waiting = "".join(f"; {pod} is Pending: {why}" for pod, why in pending.items())
+                return "TimedOut", f"not finished after {config.timeout_seconds:.0f} s{waiting}"
             self._sleep(config.poll_seconds)
 
     def _failure_message(
@@ -459,8 +512,11 @@ def _status_message(exc: Any) -> str:
 
 
 @contextlib.contextmanager
-def _cancel_on_sigterm(kind: str) -> Iterator[None]:
-    """Turn SIGTERM (kfp cancelling the task) into JobCancelled so ``finally`` cleans up."""
+def cancel_on_sigterm(kind: str) -> Iterator[None]:
+    """Turn SIGTERM (kfp cancelling the task) into JobCancelled so ``finally`` cleans up.
+
+    Nested uses stack: leaving one puts the handler of the one around it back.
+    """
 
     def handler(signum: int, frame: Any) -> None:
         raise JobCancelled(f"cancelled (SIGTERM): deleting the {kind}")

@@ -25,8 +25,23 @@ LAUNCHERS = ("auto", "trainjob", "tfjob")
 PER_GPU_REQUEST = (2, 8)
 #: What a trainer on a TPU host requests (TPU hosts have tens of cores and hundreds of GiB).
 TPU_HOST_REQUEST = ("8", "32Gi")
-#: What a CPU-only trainer requests.
-CPU_TRAINER_REQUEST = ("4", "16Gi")
+#: What a CPU-only trainer requests: it fits a 4 vCPU / 16 GB node (:data:`SMALL_NODE`).
+CPU_TRAINER_REQUEST = ("3", "10Gi")
+#: What a 4 vCPU / 16 GB node (GKE e2-standard-4, EKS m5.xlarge) leaves for pods after the
+#: kubelet's reservations and the usual daemon sets: the defaults of every pod the suite
+#: creates fit in it (a request or limit above it would stay Pending on such a node).
+SMALL_NODE = {"cpu": "3500m", "memory": "12Gi"}
+
+
+def fits_small_node(quantities: dict[str, str]) -> bool:
+    """Whether CPU and memory ``quantities`` (Kubernetes quantities) fit :data:`SMALL_NODE`."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    return all(
+        parse_quantity(quantities[key]) <= parse_quantity(SMALL_NODE[key])
+        for key in SMALL_NODE
+        if key in quantities
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +56,11 @@ class Placement:
         shm_size: Size of the in-memory ``/dev/shm`` volume of the trainer.
         cpu_limit: CPU limit of the trainer (Kubernetes quantity), empty for none.
         memory_limit: Memory limit of the trainer, empty for none.
+        cpu_request: CPU the trainer requests (each node of a job, or the step's pod), e.g.
+            1500m for nodes smaller than the default asks; empty: the default for the
+            accelerator (3 for a CPU trainer).
+        memory_request: Memory the trainer requests, e.g. 6Gi; empty: the default (10Gi for a
+            CPU trainer).
         launch_job: Always train in a separate distributed job (a TrainJob or TFJob, as
             ``launcher`` picks), even with one worker: the train step's own pod stays a small
             launcher and the accelerators go to the job's nodes. Without it, one worker trains
@@ -50,9 +70,10 @@ class Placement:
             ``tfjob`` (Training Operator v1), or ``auto`` (asks the cluster which it serves,
             TrainJob first). The compiled pipeline's default for its ``launcher`` parameter.
         priority_class: PriorityClass of a TFJob's nodes, e.g. tfrecord-suite-gpu-training
-            (k8s/cluster installs it); empty for the cluster's default. A TrainJob's nodes take
-            the runtime's (k8s/cluster sets it there); the train step's own pod cannot take
-            one (kfp-kubernetes has no setting for it).
+            (k8s/cluster installs it; it preempts nobody unless the administrator applied
+            k8s/priority); empty for the cluster's default. A TrainJob's nodes take the
+            runtime's (k8s/priority sets it there); the train step's own pod cannot take one
+            (kfp-kubernetes has no setting for it).
 
     """
 
@@ -62,6 +83,8 @@ class Placement:
     shm_size: str = "8Gi"
     cpu_limit: str = ""
     memory_limit: str = ""
+    cpu_request: str = ""
+    memory_request: str = ""
     launch_job: bool = dataclasses.field(default=False, metadata={"cli_aliases": ("--tfjob",)})
     launcher: str = "auto"
     priority_class: str = ""
@@ -135,7 +158,8 @@ class Placement:
         Requests are what the scheduler guarantees, not a cap: with no CPU limit the input
         pipeline still uses every idle core of its node. Per GPU they stay below what common
         single-GPU machines can give a pod (:data:`PER_GPU_REQUEST`), so a one-GPU trainer is
-        never left Pending for want of CPU or memory.
+        never left Pending for want of CPU or memory. ``cpu_request`` and ``memory_request``
+        replace them (a job's nodes can ask for no more than its nodes have).
         """
         if self.is_tpu:
             cpu, memory = TPU_HOST_REQUEST
@@ -144,7 +168,7 @@ class Placement:
             cpu, memory = (str(PER_GPU_REQUEST[0] * gpus), f"{PER_GPU_REQUEST[1] * gpus}Gi")
         else:
             cpu, memory = CPU_TRAINER_REQUEST
-        return {"cpu": cpu, "memory": memory}
+        return {"cpu": self.cpu_request or cpu, "memory": self.memory_request or memory}
 
     def resources(self) -> dict[str, dict[str, str]]:
         """A trainer container's ``resources``: :meth:`requests` and :meth:`limits`."""

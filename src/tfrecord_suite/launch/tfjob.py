@@ -42,6 +42,8 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
     }
     pod_spec: dict[str, Any] = {
         **config.pod_identity(),
+        # nodes train; only the launcher (the step's pod) calls the Kubernetes API
+        "automountServiceAccountToken": False,
         "containers": [container],
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}}
@@ -53,6 +55,7 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
         pod_spec["tolerations"] = placement.tolerations()
     if placement.priority_class:
         pod_spec["priorityClassName"] = placement.priority_class
+    config.credentials.apply(pod_spec, [container])
 
     def replica(count: int) -> dict[str, Any]:
         return {
@@ -73,9 +76,9 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
                 "backoffLimit": config.backoff_limit,
                 "activeDeadlineSeconds": int(config.timeout_seconds),
                 "ttlSecondsAfterFinished": FINISHED_TTL_SECONDS,
-                # pods stay while the job runs so their logs can be read; deleting the job
-                # removes them
-                "cleanPodPolicy": "None",
+                # when the job ends (its deadline too) the operator deletes the pods still
+                # running; finished ones stay, with their logs, until the job is deleted
+                "cleanPodPolicy": "Running",
             },
             "tfReplicaSpecs": replicas,
         },

@@ -10,9 +10,11 @@ downward API. The trainer builds ``TF_CONFIG`` from them
 runs without the old operator: node 0 is the chief.
 
 The TrainJob carries what varies per run: image, arguments, node count, accelerators, and, in
-``runtimePatches`` (Trainer v2.2 and later), the node selector, tolerations, service account and
-``/dev/shm``. The lifecycle (create, adopt, watch, logs, cancel) is
-:mod:`tfrecord_suite.launch.job`'s.
+``runtimePatches`` (Trainer v2.2 and later), the node selector, tolerations, service account,
+``/dev/shm`` and the Secrets of :mod:`~tfrecord_suite.launch.credentials`. The runtime's pods
+mount no service-account token (nodes never call the Kubernetes API; a runtime patch has no
+field for it, so ``k8s/trainer-runtime`` sets it). The lifecycle (create, adopt, watch, logs,
+cancel) is :mod:`tfrecord_suite.launch.job`'s.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ def render_trainjob(config: JobConfig, runtime: str = RUNTIME_NAME) -> dict[str,
         pod_spec["nodeSelector"] = placement.node_selector()
     if placement.tolerations():
         pod_spec["tolerations"] = placement.tolerations()
+    # the Secrets: volumes and pull secrets in the patch, the environment on the trainer (both
+    # are merged into the runtime's "node" container by Trainer)
+    config.credentials.apply(pod_spec, pod_spec["containers"])
+    trainer["env"] += pod_spec["containers"][0].pop("env", [])
     node_patch = {
         "name": NODE,
         "template": {

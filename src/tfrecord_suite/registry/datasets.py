@@ -60,6 +60,8 @@ MANIFEST = "manifest.json"
 REMOVED = "removed.json"
 ALIASES = "aliases"
 DATA = "_data"
+#: The alias a dataset's first version gets; after that only an explicit move changes it.
+STABLE = "stable"
 
 _PUBLISH_ATTEMPTS = 20
 #: How long data no manifest references is kept before ``gc`` removes it, and so how long a
@@ -389,13 +391,31 @@ class Registry:
             batch_uri = storage.join(self.dataset_dir(dataset), batch)
             if batch_uri != staged:  # our own links or copies, which no manifest references
                 storage.delete_tree(batch_uri)
+            if won.manifest.parent is None:  # a first publish that stopped before its alias
+                self._first_stable(dataset, won.version)
             return won
         vdir = self.version_dir(dataset, won.version)
         manifest = proposed[won.version]
         # only the winner writes beside its manifest: a loser must not touch the folder
         self._write_tfds_metadata(vdir, manifest)
         self.set_alias(dataset, "latest", won.version, only_forward=True)
+        if manifest.parent is None:
+            self._first_stable(dataset, won.version)
         return PublishResult(str(won.version), vdir, manifest, True, attempts)
+
+    def _first_stable(self, dataset: str, version: str | Version) -> None:
+        """Point ``stable`` at ``version``, the dataset's first, if it has no ``stable`` yet.
+
+        A dataset's first version is its stable one; after that only an explicit move
+        (``tfrecord-suite version alias REF stable``) changes what ``@stable`` trains on, so a
+        new version never reaches the pipelines that follow ``stable`` unreviewed. Create-if-
+        absent: of two racing first publishers, one sets it and the other leaves it.
+        """
+        if self.alias(dataset, STABLE) is not None:
+            return
+        # another publisher may have made the first version stable meanwhile
+        with contextlib.suppress(storage.PreconditionFailed):
+            self.set_alias(dataset, STABLE, version, expected=None)
 
     def _already_published(
         self, dataset: str, body: dict[str, Any], append: bool, attempt: int = 1

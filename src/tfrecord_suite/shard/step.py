@@ -1,7 +1,8 @@
 """The shard step as one plain function: raw data in, TFRecord shards + summary out.
 
 ``run_shard`` is what the kfp component and ``tfrecord-suite shard`` call. It infers or loads the
-schema, runs the Beam pipeline (any runner: extra ``beam_args`` pass straight through), then moves
+schema, runs the Beam pipeline (any runner: extra ``beam_args`` pass straight through; when they
+name none, :mod:`.runner` picks the in-process one or Prism), then moves
 the shards from their temporary names into place and writes ``schema.json``, ``summary.json`` and
 ``summary.md`` last, so a folder with a ``summary.json`` is complete.
 """
@@ -25,6 +26,13 @@ from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
 from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
 from tfrecord_suite.shard import convert, plan, sources
+from tfrecord_suite.shard.runner import (
+    check_paths_reach_runner,
+    check_runner,
+    runner_args,
+    runs_on_this_machine,
+    where_workers_run,
+)
 from tfrecord_suite.shard.summary import SUMMARY_FILE, ShardSummary
 
 _LOG = logging.getLogger(__name__)
@@ -60,42 +68,6 @@ def check_no_credentials(beam_args: Sequence[str]) -> None:
             raise UserError(
                 f"beam option {name} carries a credential: pipeline parameters are visible in "
                 "the Kubeflow UI and logs; use Workload Identity or a mounted Kubernetes secret"
-            )
-
-
-#: Runners that execute in this process or on this machine: local paths are fine there.
-LOCAL_RUNNERS = ("directrunner", "fnapirunner", "prismrunner", "interactiverunner", "")
-
-
-def beam_runner(beam_args: Sequence[str]) -> str:
-    """The ``--runner`` named in Beam options (``""`` when none: the DirectRunner)."""
-    args = [str(a) for a in beam_args]
-    for i, arg in enumerate(args):
-        if arg.startswith("--runner="):
-            return arg.split("=", 1)[1]
-        if arg == "--runner" and i + 1 < len(args):
-            return args[i + 1]
-    return ""
-
-
-def check_paths_reach_runner(input_uri: str, output: str, beam_args: Sequence[str]) -> None:
-    """Refuse local paths when a remote runner (Dataflow, Flink, Spark...) runs the job.
-
-    Its workers would read an input that is not there, or write shards on their own disks,
-    where nobody finds them.
-
-    Raises:
-        UserError: Naming the path and the runner.
-
-    """
-    runner = beam_runner(beam_args)
-    if runner.lower() in LOCAL_RUNNERS:
-        return
-    for flag, uri in (("--input", input_uri), ("--output", output)):
-        if not storage.is_remote(uri):
-            raise UserError(
-                f"{flag} {uri} is a local path but --runner {runner} runs on remote workers "
-                "that cannot see this machine's disk: use a gs:// or s3:// path"
             )
 
 
@@ -135,9 +107,12 @@ class ShardConfig:
         overwrite: Replace existing output.
         shuffle: How records are grouped into shards: ``disk`` (hash buckets on local disk, so
             memory stays flat on runners of one machine), ``beam`` (the runner's shuffle:
-            Dataflow's, Flink's...) or ``auto`` (disk for the DirectRunner, beam otherwise).
+            Dataflow's, Flink's...) or ``auto`` (disk when the runner's workers run on this
+            machine, see :mod:`.runner`; beam otherwise).
             The shards are byte-identical either way.
-        beam_args: Extra Beam pipeline options (``--runner DataflowRunner ...``).
+        beam_args: Extra Beam pipeline options (``--runner DataflowRunner ...``). No runner
+            runs on the in-process FnApiRunner, or on Prism with ``--prism_location PATH``
+            (:func:`.runner.runner_args`).
 
     """
 
@@ -168,7 +143,7 @@ class ShardConfig:
     def uses_disk_shuffle(self) -> bool:
         """Whether records are grouped through local disk (see ``shuffle``)."""
         if self.shuffle == "auto":
-            return beam_runner(self.beam_args).lower() in LOCAL_RUNNERS
+            return runs_on_this_machine(self.beam_args)
         return self.shuffle == "disk"
 
     def validate(self) -> None:
@@ -196,10 +171,11 @@ class ShardConfig:
         check_paths_reach_runner(self.input, self.output, self.beam_args)
         if self.shuffle not in ("auto", "disk", "beam"):
             raise UserError(f"--shuffle {self.shuffle!r}: use auto, disk or beam")
-        if self.shuffle == "disk" and beam_runner(self.beam_args).lower() not in LOCAL_RUNNERS:
+        check_runner(self.beam_args)
+        where = where_workers_run(self.beam_args)
+        if self.shuffle == "disk" and where is not None:
             raise UserError(
-                f"--shuffle disk needs a runner on this machine; --runner "
-                f"{beam_runner(self.beam_args)} runs on remote workers: use --shuffle beam"
+                f"--shuffle disk needs a runner on this machine; {where}: use --shuffle beam"
             )
 
     def plan_config(self) -> plan.ShardPlanConfig:
@@ -353,6 +329,27 @@ def run_shard(config: ShardConfig) -> ShardSummary:
     return summary
 
 
+def key_as_metadata(schema: Schema, key_column: str) -> Schema:
+    """``schema`` with the key column as metadata (kind ``meta``), not a model input.
+
+    The key (a row id) only decides each row's split; fed to a model it would be memorized, not
+    learned from. It stays in every record, for joins and lookups.
+
+    Raises:
+        UserError: The key column is not a column of the input, or it is the label.
+
+    """
+    for i, f in enumerate(schema.features):
+        if key_column in (f.source, f.name):
+            if f.name == schema.label:
+                raise UserError(f"--key-column {key_column!r} is the label; pick a row id column")
+            features = list(schema.features)
+            features[i] = dataclasses.replace(f, kind="meta")
+            return dataclasses.replace(schema, features=features)
+    columns = ", ".join(f.source or f.name for f in schema.features)
+    raise UserError(f"--key-column {key_column!r} is not a column of the input ({columns})")
+
+
 def _plan_job(config: ShardConfig) -> _ShardJob:
     """Resolve the input, format and schema; prepare the output and the temporary folders."""
     from tfrecord_suite.shard.spill import bucket_count
@@ -364,8 +361,10 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
     _prepare_output(output, config.overwrite)
     schema = resolve_schema(config, fmt, files)
     splits = convert.SplitSpec.parse(config.splits)
-    if config.key_column is not None and fmt not in ("csv", "tsv", "jsonl", "parquet"):
-        raise UserError("--key-column applies to tabular formats only")
+    if config.key_column is not None:
+        if fmt not in ("csv", "tsv", "jsonl", "parquet"):
+            raise UserError("--key-column applies to tabular formats only")
+        schema = key_as_metadata(schema, config.key_column)
     temp_dir = storage.join(output, f"{TEMP_PREFIX}{uuid.uuid4().hex[:12]}")
     storage.makedirs(temp_dir)
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
@@ -387,7 +386,7 @@ def _run_pipeline(config: ShardConfig, job: _ShardJob) -> dict[str, Any]:
 
     from tfrecord_suite.shard.transforms import ListInputs, ShardToTFRecords
 
-    pipeline = beam.Pipeline(options=PipelineOptions(list(config.beam_args)))
+    pipeline = beam.Pipeline(options=PipelineOptions(runner_args(config.beam_args)))
     _ = (
         pipeline
         | "Input" >> beam.Create([config.input])

@@ -50,6 +50,8 @@ from tfrecord_suite.schema import Schema, parse_spec
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+#: ``ReaderConfig.service_compression`` -> ``distribute``'s ``compression``.
+SERVICE_COMPRESSIONS = {"AUTO": "AUTO", "none": None}
 MAX_AUTO_CYCLE = 16
 #: The automatic cycle when shards are staged to local disk: the copies being read and those
 #: staged ahead are all on the pod's disk, and the bench read no faster with more at once.
@@ -108,6 +110,12 @@ class ReaderConfig:
         parse_window: Records parsed by one ``parse_example`` call (and permuted together when
             shuffling) before they are cut into batches; at least ``batch_size``. 0 (default):
             about 2 MiB of records, at most 2048.
+        service_compression: How a tf.data service's workers compress the batches they send
+            the trainer (--input-service): none (default) or AUTO (TensorFlow's default,
+            Snappy). Measured on decoded photos (docs/bench/service-compression.md), Snappy
+            saves little of the bytes and costs the trainer, which decompresses, more CPU per
+            image: the CPU the service exists to spare. AUTO where the link, not the
+            trainer's CPU, is what runs out.
         retune: Let tf.data's runtime model keep re-tuning the AUTOTUNE knobs while the input
             runs (``tf.data.Options().autotune.enabled``). Off (default): AUTOTUNE knobs are
             resolved once, when the input starts (parallelism: the host's cores; prefetch:
@@ -151,6 +159,7 @@ class ReaderConfig:
     skip_bad_records: bool = False
     file_buffer_bytes: int = 1 << 20
     parse_window: int = 0
+    service_compression: str = "none"
     retune: bool = False
     remote_read: str = "auto"
     stage_dir: str = ""
@@ -186,6 +195,11 @@ class ReaderConfig:
         for name in ("stage_files", "stage_ahead", "stage_part_mb", "stage_parts"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.service_compression not in SERVICE_COMPRESSIONS:
+            raise UserError(
+                f"service_compression {self.service_compression!r}: use "
+                f"{' or '.join(SERVICE_COMPRESSIONS)}"
+            )
 
     def stages(self, files: Sequence[str]) -> bool:
         """Whether ``files`` are staged to local disk (by ``remote_read`` and where they are)."""
@@ -616,14 +630,27 @@ def make_dataset(
                 "staged shards (remote_read) with an input service: the service's workers "
                 "cannot run the staging; read them from a store TensorFlow opens (gs://)"
             )
-    ds = _blocks(files, config, compression, training, input_context, layout, bool(service))
-    ds = _parse_stage(ds, config, decoder, layout, fused)
-    if service:
-        from tfrecord_suite.train.service import distribute
+    files_ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
 
-        # Keras layers (lookup tables, random generators) hold state the service cannot ship:
-        # the transform and augmentation stay here, the reading and decoding go to the workers
-        ds = distribute(ds.with_options(dataset_options(config)), service)
+    def read_and_parse(seed: Any = None) -> Any:
+        """The read and parse stages over the files, seeded by ``seed`` (default: config's)."""
+        ds = _blocks(files_ds, files, config, compression, training, layout, seed)
+        return _parse_stage(ds, config, decoder, layout, fused, seed)
+
+    if service:
+        from tfrecord_suite.train.service import distribute, worker_seeded
+
+        # each worker reads, shuffles and decodes its own files with seeds of its own; Keras
+        # layers (lookup tables, random generators) hold state the service cannot ship: the
+        # transform and augmentation stay here
+        ds = worker_seeded(read_and_parse, config.seed)
+        ds = distribute(
+            ds.with_options(dataset_options(config)),
+            service,
+            SERVICE_COMPRESSIONS[config.service_compression],
+        )
+    else:
+        ds = read_and_parse()
     ds = _finish_stage(ds, config, schema, training, transform, augment)
     return ds.with_options(dataset_options(config))
 
@@ -645,24 +672,32 @@ def record_blocks(
     """
     files = list(files)
     layout = _layout(files, config, input_context, compression, training)
-    return _blocks(files, config, compression, training, input_context, layout, False)
+    files_ds = _file_stage(files, config, input_context, training, layout)
+    return _blocks(files_ds, files, config, compression, training, layout)
 
 
 def _blocks(
+    files_ds: Any,
     files: list[str],
     config: ReaderConfig,
     compression: str,
     training: bool,
-    input_context: Any,
     layout: _Layout,
-    served: bool,
+    seed: Any = None,
 ) -> Any:
-    """The file and read stages (the shards staged first where the config says so)."""
-    ds = _file_stage(files, config, input_context, training, layout, served=served)
+    """The files in their order each pass, then the read stage.
+
+    The shards are staged first where the config says so; ``seed``: the shuffles' (default:
+    ``config.seed``).
+    """
+    ds = _shuffle_files(files_ds, len(files), config, training, seed)
+    if layout.repeat_files:
+        # reshuffled on every pass; the interleave never drains at an epoch's end
+        ds = ds.repeat()
     stager = _stager(config) if config.stages(files) else None
     if stager is not None:
         _LOG.info("shards staged to local disk ahead of the reader, in %s", stager.folder)
-    return _read_stage(ds, config, compression, layout, stager)
+    return _read_stage(ds, config, compression, layout, stager, seed)
 
 
 def _stager(config: ReaderConfig) -> Any:
@@ -733,7 +768,7 @@ def _file_stage(
     layout: _Layout,
     served: bool = False,
 ) -> Any:
-    """File names in a seeded order each epoch; this pipeline's files under FILE sharding.
+    """File names; this pipeline's files under FILE sharding (shuffled by :func:`_shuffle_files`).
 
     ``served``: the tf.data service deals them out among its workers (``SHARD_HINT``).
     """
@@ -742,30 +777,39 @@ def _file_stage(
     ds = tf.data.Dataset.from_tensor_slices(files)
     sharded = input_context is not None and input_context.num_input_pipelines > 1
     by_file = sharded and layout.shard_records is None  # FILE policy: each reads its own files
+    if by_file:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if served:
         # each service worker keeps one share of the files, shuffled anew each of its passes:
         # workers run at their own pace, so a share re-dealt per pass would skip and repeat files
-        if by_file:
-            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         hint = tf.data.experimental.SHARD_HINT
         ds = ds.shard(hint, hint)
-    if training and config.shuffle_files:
-        ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True)
-    if by_file and not served:
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    if layout.repeat_files:
-        # reshuffled on every pass; the interleave never drains at an epoch's end
-        ds = ds.repeat()
     return ds
 
 
+def _shuffle_files(
+    ds: Any, files: int, config: ReaderConfig, training: bool, seed: Any = None
+) -> Any:
+    """The ``files`` in a seeded order, a new one each pass (training with ``shuffle_files``)."""
+    if not (training and config.shuffle_files):
+        return ds
+    seed = config.seed if seed is None else seed
+    return ds.shuffle(files, seed=seed, reshuffle_each_iteration=True)
+
+
 def _read_stage(
-    ds: Any, config: ReaderConfig, compression: str, layout: _Layout, stager: Any = None
+    ds: Any,
+    config: ReaderConfig,
+    compression: str,
+    layout: _Layout,
+    stager: Any = None,
+    seed: Any = None,
 ) -> Any:
     """Interleaved blocks of records, sharded by block under DATA policy, repeated, shuffled.
 
     ``stager``: a :class:`~tfrecord_suite.train.staging.Stager` the shards are copied to local
-    disk through, ahead of the interleave.
+    disk through, ahead of the interleave. ``seed``: the record shuffle's (default:
+    ``config.seed``).
     """
     import tensorflow as tf
 
@@ -804,7 +848,8 @@ def _read_stage(
         # function is traced once and batch shapes stay static
         ds = ds.repeat()
     if layout.shuffle_records:
-        ds = ds.shuffle(-(-layout.shuffle_records // block), seed=config.seed)
+        seed = config.seed if seed is None else seed
+        ds = ds.shuffle(-(-layout.shuffle_records // block), seed=seed)
     return ds
 
 
@@ -815,7 +860,7 @@ def _parallel(config: ReaderConfig) -> dict[str, Any]:
     }
 
 
-def _with_crop_seeds(ds: Any, config: ReaderConfig, layout: _Layout) -> Any:
+def _with_crop_seeds(ds: Any, config: ReaderConfig, layout: _Layout, seed: Any = None) -> Any:
     """``(batch, seed)`` pairs: each batch's fused crops are placed by its own stateless seed.
 
     A stream of its own (``seed + 1``: the window permutation draws from the reader's seed), with
@@ -823,20 +868,29 @@ def _with_crop_seeds(ds: Any, config: ReaderConfig, layout: _Layout) -> Any:
     """
     import tensorflow as tf
 
-    seeds = tf.data.Dataset.random(seed=config.seed + 1, rerandomize_each_iteration=True)
+    seed = config.seed if seed is None else seed
+    seeds = tf.data.Dataset.random(seed=seed + 1, rerandomize_each_iteration=True)
     fold = tf.constant([0, layout.pipeline], tf.int64)
     return tf.data.Dataset.zip(ds, seeds.batch(2).map(lambda s: s + fold))
 
 
 def _parse_stage(
-    ds: Any, config: ReaderConfig, decoder: FeatureDecoder, layout: _Layout, fused: bool = False
+    ds: Any,
+    config: ReaderConfig,
+    decoder: FeatureDecoder,
+    layout: _Layout,
+    fused: bool = False,
+    seed: Any = None,
 ) -> Any:
     """Batches of parsed features: windows parsed at once and cut into batches, or per batch.
 
     ``fused``: images are decoded as random crop windows, each batch by a seed of its own.
+    ``seed``: the reader's (a tensor on a tf.data service worker: its own), default
+    ``config.seed``.
     """
     import tensorflow as tf
 
+    seed = config.seed if seed is None else seed
     parallel = _parallel(config)
 
     def group(ds: Any, size: int, drop_remainder: bool = False) -> Any:
@@ -847,13 +901,13 @@ def _parse_stage(
     if layout.window == config.batch_size:
         ds = group(ds, config.batch_size, config.drop_remainder)
         if fused:
-            return _with_crop_seeds(ds, config, layout).map(decoder, **parallel)
+            return _with_crop_seeds(ds, config, layout, seed).map(decoder, **parallel)
         return ds.map(decoder, **parallel)
     ds = group(ds, layout.window)
     if layout.shuffle_records and layout.block > 1:
         # blocks left the shuffle buffer in random order; permuting each window spreads every
         # block's consecutive records over the window's batches
-        seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True)
+        seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         ds = tf.data.Dataset.zip(ds, seeds.batch(2))
 
     def parse_window(records: Any, seed: Any = None) -> Any:
@@ -868,7 +922,7 @@ def _parse_stage(
     ds = ds.map(parse_window, **parallel)
     ds = ds.rebatch(config.batch_size, drop_remainder=config.drop_remainder)
     if decoder.is_image:
-        ds = _with_crop_seeds(ds, config, layout) if fused else ds
+        ds = _with_crop_seeds(ds, config, layout, seed) if fused else ds
         ds = ds.map(decoder.finish, **parallel)
     return ds
 

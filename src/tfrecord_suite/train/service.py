@@ -57,7 +57,10 @@ class DispatcherOptions:
         worker_addresses: Comma-separated ``host:port`` of every worker, as each advertises
             itself: the static sharding the reader uses deals files out by this list, and a
             worker at any other address is refused.
-        worker_timeout_ms: A worker silent this long is declared lost.
+        worker_timeout_ms: A worker silent this long is considered missing; TF 2.21 only logs
+            it (the worker is not replaced, and under static sharding its share waits for it
+            to come back at its address; the trainer's stall watchdog ends a run that waits
+            too long).
         ready_file: Created once it serves (what a readiness probe checks); empty: none.
 
     """
@@ -243,17 +246,33 @@ def free_port() -> int:
 
 
 class LocalDataService:
-    """A dispatcher and ``workers`` worker processes on 127.0.0.1, supervised.
+    """A dispatcher and ``workers`` worker processes on this host, supervised.
 
-    A worker that exits is started again at its address (what the static sharding needs for
-    the epoch to go on), at most ``max_restarts`` times in all. Use as a context manager; the
-    processes are stopped on exit, and die with this process (``PR_SET_PDEATHSIG``).
+    A process that exits is started again at its address, as a StatefulSet restarts its pod
+    under its name: a worker (what the static sharding needs for the epoch to go on), or the
+    dispatcher (it resumes every job from its journal in ``work_dir``), at most
+    ``max_restarts`` times in all. Use as a context manager; the processes are stopped on exit,
+    and die with this process (``PR_SET_PDEATHSIG``).
+
+    ``hosts``: the address each worker advertises (the dispatcher's list), by default
+    127.0.0.1 for all; other loopback addresses (127.0.0.2...) give workers addresses of their
+    own, as on other hosts. Every server listens on all of this host's addresses.
     """
 
-    def __init__(self, workers: int, work_dir: str = "", max_restarts: int = 10):
+    def __init__(
+        self,
+        workers: int,
+        work_dir: str = "",
+        max_restarts: int = 10,
+        hosts: list[str] | None = None,
+    ):
         self.workers = workers
         self.max_restarts = max_restarts
         self.restarts = 0
+        self.dispatcher_restarts = 0
+        self.hosts = list(hosts or [LOCAL_HOST] * workers)
+        if len(self.hosts) != workers:
+            raise ValueError(f"{len(self.hosts)} hosts for {workers} workers")
         self._own_dir = None if work_dir else tempfile.TemporaryDirectory(prefix="tfrs-service-")
         self.work_dir = work_dir or self._own_dir.name  # type: ignore[union-attr]
         self.dispatcher_port = free_port()
@@ -270,8 +289,8 @@ class LocalDataService:
         return f"grpc://{LOCAL_HOST}:{self.dispatcher_port}"
 
     def worker_address(self, index: int) -> str:
-        """Worker ``index``'s ``host:port``."""
-        return f"{LOCAL_HOST}:{self.worker_ports[index]}"
+        """Worker ``index``'s ``host:port``, as it advertises itself."""
+        return f"{self.hosts[index]}:{self.worker_ports[index]}"
 
     def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
         log = open(os.path.join(self.work_dir, f"{args[0]}-{args[-1]}.log"), "ab")  # noqa: SIM115
@@ -304,21 +323,30 @@ class LocalDataService:
             port,
         )
 
-    def start(self, timeout: float = 180.0) -> LocalDataService:
-        """Start the dispatcher and the workers; return once every port accepts connections."""
-        os.makedirs(self.work_dir, exist_ok=True)
-        addresses = ",".join(self.worker_address(i) for i in range(self.workers))
+    def _start_dispatcher(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self._ready_file("dispatcher"))
         self._procs["dispatcher"] = self._spawn(
             "dispatcher",
             "--work-dir",
-            os.path.join(self.work_dir, "journal"),
+            self.journal,
             "--worker-addresses",
-            addresses,
+            ",".join(self.worker_address(i) for i in range(self.workers)),
             "--ready-file",
             self._ready_file("dispatcher"),
             "--port",
             str(self.dispatcher_port),
         )
+
+    @property
+    def journal(self) -> str:
+        """The dispatcher's journal (it outlives the dispatcher's process)."""
+        return os.path.join(self.work_dir, "journal")
+
+    def start(self, timeout: float = 180.0) -> LocalDataService:
+        """Start the dispatcher and the workers; return once every port accepts connections."""
+        os.makedirs(self.work_dir, exist_ok=True)
+        self._start_dispatcher()
         for index in range(self.workers):
             self._start_worker(index)
         deadline = time.monotonic() + timeout
@@ -347,11 +375,25 @@ class LocalDataService:
     def _supervise(self) -> None:
         while not self._stopping.wait(0.5):
             with self._lock:
+                dispatcher = self._procs["dispatcher"]
+                if (
+                    dispatcher.poll() is not None
+                    and not self._stopping.is_set()
+                    and self.restarts + self.dispatcher_restarts < self.max_restarts
+                ):
+                    self.dispatcher_restarts += 1
+                    _LOG.warning(
+                        "tf.data service dispatcher exited (%s): starting it again on port %d "
+                        "(it resumes its jobs from its journal)",
+                        dispatcher.returncode,
+                        self.dispatcher_port,
+                    )
+                    self._start_dispatcher()
                 for index in range(self.workers):
                     proc = self._procs[f"worker-{index}"]
                     if proc.poll() is None or self._stopping.is_set():
                         continue
-                    if self.restarts >= self.max_restarts:
+                    if self.restarts + self.dispatcher_restarts >= self.max_restarts:
                         continue  # the trainer's stall watchdog ends the run
                     self.restarts += 1
                     _LOG.warning(
@@ -461,11 +503,40 @@ class StallWatchdog:
         return Progress()
 
 
-def distribute(dataset: Any, address: str) -> Any:
-    """``dataset`` (marked with ``SHARD_HINT``) processed by the service at ``address``."""
+#: Each worker's seeds: the reader's seed plus this times (its index + 1); a prime, so that
+#: workers' streams (and the crop stream at seed + 1) never coincide for small seeds.
+WORKER_SEED_STRIDE = 1_000_003
+
+
+def worker_seeded(build: Any, seed: int) -> Any:
+    """The dataset ``build(worker_seed)`` makes, each tf.data service worker with its own seed.
+
+    The service runs one dataset graph on every worker, so fixed seeds would give every worker
+    the same file order, shuffles and crop windows. The worker's index is what the service
+    substitutes for ``SHARD_HINT`` (``range(...).shard(SHARD_HINT, SHARD_HINT)`` on worker
+    ``i`` of ``n`` starts at ``i``), and ``build`` runs inside a ``flat_map`` over it, so its
+    seeds (a tensor: ``seed + WORKER_SEED_STRIDE * (i + 1)``) are the worker's. Reproducible:
+    the same workers, the same seeds. Only inside a dataset given to :func:`distribute`.
+    """
+    import tensorflow as tf
+
+    hint = tf.data.experimental.SHARD_HINT
+    index = tf.data.Dataset.range(1 << 30).shard(hint, hint).take(1)
+    return index.flat_map(lambda i: build(seed + WORKER_SEED_STRIDE * (i + 1)))
+
+
+def distribute(dataset: Any, address: str, compression: str | None = "AUTO") -> Any:
+    """``dataset`` (marked with ``SHARD_HINT``) processed by the service at ``address``.
+
+    ``compression``: how the workers compress what they send (``"AUTO"``: Snappy; None: not).
+    """
     import tensorflow as tf
 
     service = tf.data.experimental.service
     return dataset.apply(
-        service.distribute(processing_mode=service.ShardingPolicy.HINT, service=address)
+        service.distribute(
+            processing_mode=service.ShardingPolicy.HINT,
+            service=address,
+            compression=compression,
+        )
     )

@@ -28,7 +28,7 @@ JOB_INDEX_ENV = "TFRS_JOB_INDEX"
 #: The port each node's TensorFlow server listens on.
 PORT_ENV = "TFRS_TF_PORT"
 #: Optional: the nodes' host:port in rank order, for nodes that cannot use JobSet's DNS names
-#: (host networking, or the local stand-in of tests/fakes/fakek8s.py).
+#: (host networking, or the local operator of tests/realparts/local_operator.py).
 PEERS_ENV = "TFRS_PEER_ADDRESSES"
 
 

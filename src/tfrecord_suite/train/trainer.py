@@ -242,6 +242,7 @@ def run_train(config: TrainConfig) -> TrainMetrics:
     history, epoch_seconds, service_info = _fit(config, data, built, model_dir, chief)
     train_seconds = time.perf_counter() - started
     evaluation = _evaluate(config, data, built)
+    check_finite(history, evaluation, config.learning_rate)
     trained_digest = weights_digest(built.model)  # before the probe's steps change the weights
     export_dir = _export(data, built, model_dir, chief)
     probe: dict[str, Any] = {}
@@ -295,6 +296,44 @@ def run_train(config: TrainConfig) -> TrainMetrics:
 
         report.write_report(model_dir, metrics, data.schema)
     return metrics
+
+
+def check_finite(
+    history: dict[str, list[Any]], evaluation: dict[str, dict[str, float]], learning_rate: float
+) -> None:
+    """Fail a run whose loss or metrics became NaN or infinite: the model diverged.
+
+    Keras's ``TerminateOnNaN`` stops ``fit`` at the first such batch; this names what went
+    wrong, before anything is exported, registered or logged (Kubeflow's launcher cannot even
+    read a NaN metric back, see :func:`tfrecord_suite.kfp.mlmd.log_metrics`).
+
+    Raises:
+        TrainError: The first non-finite value of the history (by epoch) or the evaluation.
+
+    """
+    found = [
+        (epoch, name, value)
+        for name, values in history.items()
+        for epoch, value in enumerate(values, 1)
+        if not math.isfinite(float(value))
+    ]
+    if found:
+        epoch, name, value = min(found, key=lambda f: f[0])
+        where = f"{name} was {value} in epoch {epoch}"
+    else:
+        bad = [
+            f"{split} {name} was {value}"
+            for split, scores in evaluation.items()
+            for name, value in scores.items()
+            if not math.isfinite(float(value))
+        ]
+        if not bad:
+            return
+        where = bad[0]
+    raise TrainError(
+        f"training diverged: {where} (learning rate {learning_rate:g}); lower --learning-rate, "
+        "or look for extreme values in the data"
+    )
 
 
 def _resolve_input(config: TrainConfig) -> _Input:
@@ -448,6 +487,8 @@ def _callbacks(
             save_freq=config.checkpoint_every_steps or "epoch",
             delete_checkpoint=True,
         ),
+        # a NaN loss only gets worse: stop at once (check_finite then fails the run)
+        keras.callbacks.TerminateOnNaN(),
         timer,
     ]
     if chief:

@@ -5,7 +5,7 @@ Lightweight Python component functions: each body imports one function of
 :func:`tfrecord_suite.kfp.components.build_components` turns them into kfp components on the
 image set being compiled for. Their docstrings are the components' documentation: kfp compiles
 the ``Args`` and ``Returns`` sections into each input's and output's description, and
-``make components`` writes ``components/<name>/README.md`` from the compiled spec.
+``make components`` writes ``components/<category>/<name>/README.md`` from the compiled spec.
 """
 
 from typing import NamedTuple

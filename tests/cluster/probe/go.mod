@@ -1,0 +1,3 @@
+module tfrs.local/cluster-probe
+
+go 1.26

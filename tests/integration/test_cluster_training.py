@@ -1,0 +1,359 @@
+"""Multi-node training for real on the one-node cluster: the kfp train step, in the component
+image, in a pod of its own, launches a TrainJob on our TensorFlow ClusterTrainingRuntime
+(k8s/trainer-runtime) under Kubeflow Trainer v2.3.0 and JobSet v0.12.0 (built from their
+modules, installed from their own manifests); the two nodes find each other through JobSet's
+headless Service and cluster DNS and train with MultiWorkerMirroredStrategy to the same quality
+as the same step training alone in its pod. Marker ``cluster``.
+
+The step runs exactly as its compiled component says (``components/training/train/component.yaml``:
+its command, ``kfp.dsl.executor_main`` on an executor input), as the run's account with the
+suite's launcher Role (k8s/base), told about itself through the downward API as the compiled
+pipelines do (tfrecord_suite.podinfo). Kubeflow Pipelines' backend, which would write that
+executor input and move the artifacts to object storage, cannot be built here (its module is
+refused by the module proxy: docs/how-to/one-node-cluster.md): the artifacts and the dataset
+registry live on a folder of the node that the step's pod and the nodes mount at the same path
+(the runtime is applied with that hostPath volume added, standing in for the bucket).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tfrecord_suite import podinfo
+from tfrecord_suite.kfp import catalog
+from tfrecord_suite.launch.lease import lease_name
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_COMPONENT = Path(catalog.folder("train", str(ROOT / "components"))) / "component.yaml"
+STEP_ACCOUNT = "pipeline-runner"
+#: What each trainer requests: two of them, the step's pod and the system pods fit this
+#: machine's 2 CPUs (the CPU trainer's default asks for 3).
+SMALL = {"cpu_request": "500m", "memory_request": "3Gi"}
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@pytest.fixture(scope="module")
+def trainer_installed(one_node_cluster):
+    """The cluster with JobSet, the Trainer and our ClusterTrainingRuntime installed."""
+    from cluster import node
+
+    node.install_trainer(one_node_cluster)
+    return one_node_cluster
+
+
+@pytest.fixture(scope="module")
+def trainer_cluster(trainer_installed):
+    """The Trainer's cluster with the suite's component image loaded, and our runtime given
+    the node's shared folder; the runtime is put back as shipped afterwards."""
+    from cluster import images
+
+    cluster = trainer_installed
+    image = images.suite_image("component")
+    cluster.load_images([image])
+    shared = cluster.state / "shared"
+    shared.mkdir(exist_ok=True)
+    shipped = cluster.kubectl("kustomize", str(ROOT / "k8s" / "trainer-runtime")).stdout
+    (runtime,) = _documents(shipped)
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod["spec"].setdefault("volumes", []).append(
+        {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}
+    )
+    pod["spec"]["containers"][0].setdefault("volumeMounts", []).append(
+        {"name": "shared", "mountPath": str(shared)}
+    )
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=tfrs-tests",
+                    "-f", "-", stdin=json.dumps(runtime))  # fmt: skip
+    try:
+        yield cluster, image, shared
+    finally:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts",
+                        "--field-manager=tfrs-tests", "-f", "-", stdin=shipped)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def digits_on_node(trainer_cluster, tmp_path_factory):
+    """The digits dataset sharded and published into a registry on the node's shared folder."""
+    from tfrecord_suite import demo_data
+    from tfrecord_suite.registry.datasets import Registry
+    from tfrecord_suite.shard.step import ShardConfig, run_shard
+
+    _, _, shared = trainer_cluster
+    work = shared / f"t-{uuid.uuid4().hex[:8]}"
+    raw = demo_data.write_digits(str(tmp_path_factory.mktemp("digits") / "digits"))
+    staged = str(tmp_path_factory.mktemp("staged") / "staged")
+    run_shard(ShardConfig(input=raw, output=staged, num_shards=4))
+    registry = Registry(str(work / "registry"))
+    result = registry.publish(staged, "digits")
+    # the step and the trainers run as UID 10001 (the image's user)
+    for path in [work, *work.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    yield {
+        "work": work,
+        "ref": f"{registry.root}/digits@{result.version}",
+        "digest": result.manifest.content_digest,
+    }
+
+
+def _launcher_account(cluster: Any, namespace: str) -> None:
+    """The run's account with the suite's launcher Role (k8s/base/role.yaml), as installed."""
+    role = yaml.safe_load((ROOT / "k8s" / "base" / "role.yaml").read_text())
+    binding = yaml.safe_load((ROOT / "k8s" / "base" / "rolebinding.yaml").read_text())
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": STEP_ACCOUNT, "namespace": namespace}]
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": STEP_ACCOUNT}}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-",
+                    stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                      "items": [account, role, binding]}))  # fmt: skip
+
+
+def _step_pod(name: str, image: str, executor_input: dict[str, Any], run_id: str) -> dict:
+    """The train step's pod as a Kubeflow backend would make it from the compiled component."""
+    spec = yaml.safe_load(TRAIN_COMPONENT.read_text())
+    container = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
+    args = [json.dumps(executor_input) if a == "{{$}}" else a for a in container["args"]]
+    env = [
+        {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for var, path in podinfo.FIELDS.items()
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"pipeline/runid": run_id}},
+        "spec": {
+            "restartPolicy": "Never",
+            "serviceAccountName": STEP_ACCOUNT,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": container["command"],
+                    "args": args,
+                    "env": [*env, {"name": "TFRECORD_SUITE_IMAGE", "value": image}],
+                    "resources": {"requests": {"cpu": "250m", "memory": "2Gi"}},
+                    "volumeMounts": [{"name": "shared", "mountPath": "@SHARED@"}],
+                }
+            ],
+            "volumes": [{"name": "shared", "hostPath": {"path": "@SHARED@"}}],
+        },
+    }
+
+
+def _executor_input(out: Path, parameters: dict[str, Any]) -> dict[str, Any]:
+    schemas = {
+        "model": "system.Model",
+        "metrics": "system.Metrics",
+        "classification_metrics": "system.ClassificationMetrics",
+        "report": "system.Markdown",
+    }
+    return {
+        "inputs": {"parameterValues": parameters},
+        "outputs": {
+            "artifacts": {
+                name: {
+                    "artifacts": [
+                        {
+                            "name": name,
+                            "type": {"schemaTitle": schema, "schemaVersion": "0.0.1"},
+                            "uri": str(out / name),
+                            "metadata": {},
+                        }
+                    ]
+                }
+                for name, schema in schemas.items()
+            },
+            "outputFile": str(out / "executor_output.json"),
+        },
+    }
+
+
+def start_train_step(trainer_cluster, namespace, data, name, **parameters) -> Path:
+    """Create the train step's pod; return the folder its artifacts go to."""
+    from kubernetes import client
+
+    cluster, image, shared = trainer_cluster
+    out = data["work"] / name
+    out.mkdir(mode=0o777)
+    out.chmod(0o777)
+    params = {
+        "dataset_ref": data["ref"],
+        "dataset_digest": data["digest"],
+        "epochs": 24,
+        "learning_rate": 0.005,
+        "launcher": "trainjob",
+        "trainer_image": image,
+        **parameters,
+    }
+    pod = _step_pod(name, image, _executor_input(out, params), f"run-{name}-{uuid.uuid4().hex[:6]}")
+    pod = json.loads(json.dumps(pod).replace("@SHARED@", str(shared)))
+    client.CoreV1Api(cluster.api_client()).create_namespaced_pod(namespace, pod)
+    return out
+
+
+def _trainjobs(cluster: Any, namespace: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(cluster.api_client()).list_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
+    )["items"]
+
+
+def _node_pods(cluster: Any, namespace: str) -> list[Any]:
+    """The pods of any TrainJob's JobSet in ``namespace``."""
+    from kubernetes import client
+
+    return (
+        client.CoreV1Api(cluster.api_client())
+        .list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name")
+        .items
+    )
+
+
+def run_train_step(trainer_cluster, namespace, data, name, **parameters) -> dict[str, Any]:
+    """Run the train step's pod to the end; its executor output, log and the TrainJobs seen."""
+    from kubernetes import client
+
+    cluster = trainer_cluster[0]
+    out = start_train_step(trainer_cluster, namespace, data, name, **parameters)
+    core = client.CoreV1Api(cluster.api_client())
+    trainjobs: dict[str, dict] = {}
+    trainer_pods: set[str] = set()
+    deadline = time.monotonic() + 1800
+    phase = ""
+    while time.monotonic() < deadline:
+        phase = core.read_namespaced_pod(name, namespace).status.phase
+        trainjobs.update({j["metadata"]["name"]: j for j in _trainjobs(cluster, namespace)})
+        trainer_pods.update(p.metadata.name for p in _node_pods(cluster, namespace))
+        if phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(3)
+    log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
+    assert phase == "Succeeded", f"train step {name}: {phase}\n{log[-6000:]}"
+    output = json.loads((out / "executor_output.json").read_text())
+    return {"output": output, "log": log, "trainjobs": trainjobs, "trainer_pods": trainer_pods,
+            "out": out}  # fmt: skip
+
+
+def _metrics(result: dict[str, Any]) -> dict[str, float]:
+    (metrics,) = result["output"]["artifacts"]["metrics"]["artifacts"]
+    return metrics["metadata"]
+
+
+def _model(result: dict[str, Any]) -> dict[str, Any]:
+    (model,) = result["output"]["artifacts"]["model"]["artifacts"]
+    return model["metadata"]
+
+
+def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
+    trainer_cluster, digits_on_node, cluster_namespace
+):
+
+    cluster = trainer_cluster[0]
+    ns = cluster_namespace
+    _launcher_account(cluster, ns)
+    placement = json.dumps(SMALL)
+
+    # the same global batch (the component's batch_size is per replica), so the same steps at
+    # the same learning rate: synchronous data parallelism should end where one worker does
+    one = run_train_step(trainer_cluster, ns, digits_on_node, "one", workers=1, batch_size=64,
+                         placement=placement)  # fmt: skip
+    assert not one["trainjobs"]  # one worker trains in the step's own pod
+    two = run_train_step(trainer_cluster, ns, digits_on_node, "two", workers=2, batch_size=32,
+                         placement=placement)  # fmt: skip
+
+    # the step created one TrainJob on our runtime, whose JobSet ran two node pods
+    (job,) = two["trainjobs"].values()
+    assert job["spec"]["runtimeRef"]["name"] == "tfrecord-suite-tensorflow"
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    # owned by the step's lease (launch/lease.py), a Job the step's pod owns
+    (owner,) = job["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Job", lease_name(job["metadata"]["name"]))
+    assert len(two["trainer_pods"]) == 2, two["trainer_pods"]
+    # the step reports each node's log tail: both joined one 2-replica collective
+    for rank in (0, 1):
+        tail = two["log"].split(f"node-{rank} (")[1]
+        assert "(CollectiveAllReduceStrategy, 2 replicas)" in tail.split("log tail:")[1][:4000]
+    # and deleted it when training was done
+    assert not _trainjobs(cluster, ns)
+
+    assert _model(one)["replicas"] == 1
+    assert _model(two)["strategy"] == "CollectiveAllReduceStrategy"  # MultiWorkerMirrored
+    assert _model(two)["replicas"] == 2
+    assert os.path.isfile(two["out"] / "model" / "export" / "saved_model.pb")
+    a1, a2 = _metrics(one)["test_accuracy"], _metrics(two)["test_accuracy"]
+    print(f"test accuracy: one worker {a1:.3f}, two nodes {a2:.3f}")
+    assert a1 > 0.9 and a2 > 0.9  # both learned (chance is 0.1)
+    assert abs(a1 - a2) <= 0.05, (a1, a2)
+
+
+def test_a_job_whose_nodes_cannot_be_scheduled_says_why(
+    trainer_installed, cluster_namespace, caplog
+):
+    """Nodes that ask for more than any node has stay Pending until the job's deadline (24
+    hours by default). The launcher names the scheduler's reason while it waits, and in the
+    failure, instead of only "Pending" and, a day later, "exceeded its active deadline"."""
+    import logging
+
+    from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher
+    from tfrecord_suite.launch.placement import Placement
+    from tfrecord_suite.launch.trainjob import TrainJob
+
+    cluster = trainer_installed
+    config = JobConfig(
+        name="too-big",
+        image=cluster.system_images["probe"],  # never started
+        trainer_args=["--dataset", "/nowhere/d@1.0.0", "--model-dir", "/tmp/m"],
+        workers=2,
+        namespace=cluster_namespace,
+        placement=Placement(cpu_request="64"),
+        timeout_seconds=45,
+        poll_seconds=3,
+    )
+    with caplog.at_level(logging.INFO), pytest.raises(JobError) as failed:
+        JobLauncher(TrainJob, cluster.api_client()).run(config)
+    waiting = [r.getMessage() for r in caplog.records if "Insufficient cpu" in r.getMessage()]
+    assert waiting and "node-0" in waiting[0], caplog.text  # said while it waited
+    assert "Insufficient cpu" in str(failed.value), failed.value  # and in the failure
+
+
+def test_deleting_the_step_mid_train_leaves_nothing_running(
+    trainer_cluster, digits_on_node, cluster_namespace
+):
+    """A run's step pod deleted while its two nodes train: the garbage collector deletes its
+    lease and the TrainJob the lease owns, the Trainer its JobSet, and the kubelet stops the
+    nodes' containers."""
+    from kubernetes import client
+
+    cluster = trainer_cluster[0]
+    ns = cluster_namespace
+    _launcher_account(cluster, ns)
+    start_train_step(trainer_cluster, ns, digits_on_node, "cancel", workers=2, epochs=500,
+                     batch_size=32, placement=json.dumps(SMALL))  # fmt: skip
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        running = [p for p in _node_pods(cluster, ns) if p.status.phase == "Running"]
+        if len(running) == 2:
+            break
+        time.sleep(2)
+    assert len(running) == 2, [p.status.phase for p in _node_pods(cluster, ns)]
+    time.sleep(15)  # well into training
+    core = client.CoreV1Api(cluster.api_client())
+    core.delete_namespaced_pod("cancel", ns)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and (_trainjobs(cluster, ns) or _node_pods(cluster, ns)):
+        time.sleep(2)
+    assert not _trainjobs(cluster, ns)
+    # a pod object goes only once the kubelet has stopped its containers
+    assert not _node_pods(cluster, ns)
