@@ -16,7 +16,7 @@ def fingerprint(input_uri: str) -> str:
     key of the shard step that takes it follow the data, not only the URI.
 
     Args:
-        input_uri: Raw data: a file, a folder, a glob or a gs:// prefix.
+        input_uri: Raw data: a file, a folder, a glob, or a gs:// or s3:// prefix.
 
     Returns:
         Output: The sha256 digest (hex) over every file's name, size and content checksum (GCS's MD5 or CRC32C, a sha256 of local files).

@@ -39,8 +39,8 @@ def shard(
     max_bad_fraction, after writing the good records.
 
     Args:
-        input_uri: Raw data: a CSV/TSV, JSON-lines, Parquet or text file, an image folder (one sub-folder per class), a glob or a gs:// prefix.
-        registry_root: Dataset registry root (a folder, or a gs:// prefix on a cluster).
+        input_uri: Raw data: a CSV/TSV, JSON-lines, Parquet or text file, an image folder (one sub-folder per class), a glob, or a gs:// or s3:// prefix.
+        registry_root: Dataset registry root (a folder, or a gs:// or s3:// prefix on a cluster).
         dataset_name: Dataset name in the registry.
         staged: Output: The staged shards: summary.json and schema.json at its path; metadata staged_uri (where the shards are), records, bad_rows, format, input_digest, splits.
         summary: Output: The shard summary (counts, shard sizes, statistics) as Markdown.
