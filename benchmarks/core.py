@@ -74,6 +74,8 @@ class Part:
         notes: ``results -> Markdown lines`` after the ratio table.
         targets: The targets its ratios are held to.
         charts: ``(results, folder)``: draw its own charts into the report folder.
+        pages: ``results -> {page: Markdown}``: its blocks on pages of its own (paths relative
+            to the checkout), which ``--readme`` replaces between the part's markers.
 
     """
 
@@ -85,6 +87,7 @@ class Part:
     notes: Callable[[dict[str, Any]], list[str]] = lambda results: []
     targets: tuple[Target, ...] = ()
     charts: Callable[[dict[str, Any], str], None] = lambda results, folder: None
+    pages: Callable[[dict[str, Any]], dict[str, str]] = lambda results: {}
 
 
 @dataclasses.dataclass
@@ -104,7 +107,7 @@ class BenchConfig:
         report: Folder for ``results.json``, ``results.md`` and ``results.png`` (empty: the
             output folder); an earlier run's files there move to dated names.
         readme: A README whose generated bench block is replaced by this run's table (empty:
-            none).
+            none); the parts' own pages (the network part's how-tos) get their blocks too.
         glibc_read: When this process runs under tcmalloc, run the read part again in a process
             under glibc malloc and report its ratios beside these.
         update: Carry the parts this run does not measure over from the report folder's

@@ -405,7 +405,8 @@ def _local_line(network: dict[str, Any]) -> str:
     return f"The reader on local disk (the same files in the page cache): {local}."
 
 
-def _knob_table(network: dict[str, Any]) -> list[str]:
+def _knob_table(network: dict[str, Any], only: str = "") -> list[str]:
+    """The knobs against the defaults; ``only``: one store's knobs."""
     delays = network.get("knob_delays_ms") or []
     kinds = [k for k in KINDS if k in network]
     if not delays or not kinds:
@@ -419,6 +420,8 @@ def _knob_table(network: dict[str, Any]) -> list[str]:
         "|---|" + "---:|" * (len(kinds) * len(delays)),
     ]
     for name, (store, _) in KNOBS.items():
+        if only and store != only:
+            continue
         cells = []
         for kind in kinds:
             v = network[kind]["knobs"]
@@ -430,7 +433,70 @@ def _knob_table(network: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-PART = Part("network", ("network",), run, ratios, tables, targets=TARGETS)
+#: The how-to pages that show one store's figures (a block the run writes): page -> store.
+PAGES = {"docs/how-to/gcs.md": "gcs", "docs/how-to/s3.md": "s3"}
+
+
+def _target_cell(kind: str, delay: int, ratio: str, value: float) -> str:
+    """``value``, and the target it is held to with whether it is met (issue #37's targets)."""
+    for target in TARGETS:
+        if target.ratio == ratio and f"network {kind}, {delay} ms" in target.kinds:
+            met = "met" if target.met(value) else "**not met**"
+            return f"{value:.2f} (target {target}: {met})"
+    return f"{value:.2f}"
+
+
+def store_block(network: dict[str, Any], store: str, date: str) -> list[str]:
+    """Markdown: one store's reader at every latency, and its knobs (its how-to page's block).
+
+    The reader against its raw-bytes ceiling and against itself at 0 ms, with the targets.
+    """
+    scheme = STORES[store]
+    lines = [
+        f"Measured {date} (`docs/bench/results.json`): {network['shards']} train shards of "
+        f"~{network['shard_mb']:g} MB per record size; servers' CPU budget: "
+        f"{network['server_budget']}; MB/s of shard bytes.",
+        "",
+        f"| records | latency | reader {scheme} | raw bytes {scheme} | reader / raw bytes "
+        "| reader / reader at 0 ms | first batch |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind in KINDS:
+        if kind not in network:
+            continue
+        v = network[kind]["variants"]
+        base = v[f"reader_{store} 0 ms"]["mb_per_s"]
+        for delay in network["delays_ms"]:
+            reader, raw = v[f"reader_{store} {delay} ms"], v[f"raw_{store} {delay} ms"]
+            to_raw = _target_cell(
+                kind, delay, f"reader {scheme} / raw bytes {scheme}",
+                reader["mb_per_s"] / raw["mb_per_s"],
+            )  # fmt: skip
+            to_zero = "" if not delay else _target_cell(
+                kind, delay, f"reader {scheme} / reader {scheme} at 0 ms",
+                reader["mb_per_s"] / base,
+            )  # fmt: skip
+            lines.append(
+                f"| {kind} (~{network[kind]['record_bytes']:,} B) | {delay} ms | "
+                f"{reader['mb_per_s']:,.0f} | {raw['mb_per_s']:,.0f} | {to_raw} | {to_zero} | "
+                f"{reader['start_s']:.1f} s |"
+            )
+    lines += ["", _local_line(network), ""]
+    return lines + _knob_table(network, store)
+
+
+def pages(results: dict[str, Any]) -> dict[str, str]:
+    """Each store's block for its how-to page (:data:`PAGES`)."""
+    network = results.get("network")
+    if not network:
+        return {}
+    date = (results.get("measured") or {}).get("network") or results["date"]
+    return {
+        page: "\n".join(store_block(network, store, date)) + "\n" for page, store in PAGES.items()
+    }
+
+
+PART = Part("network", ("network",), run, ratios, tables, targets=TARGETS, pages=pages)
 
 
 if __name__ == "__main__":

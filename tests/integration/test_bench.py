@@ -174,6 +174,44 @@ def test_readme_shows_the_table_generated_from_the_committed_results():
     assert run.readme_table(page) == run.markdown(committed)
 
 
+def test_how_to_pages_show_the_blocks_generated_from_the_committed_results():
+    """The GCS and S3 how-tos' figures are the network part's blocks, generated from the
+    committed ``docs/bench/results.json`` like the Performance page's table."""
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "bench", "results.json")) as fh:
+        committed = json.load(fh)
+    blocks = run.page_blocks(committed)
+    assert set(blocks) == {"docs/how-to/gcs.md", "docs/how-to/s3.md"}
+    for page, (part, block) in blocks.items():
+        shown = run.generated_block(os.path.join(root, page), *run.page_markers(part))
+        assert shown == block, page
+
+
+def test_update_pages_replaces_only_each_store_block(tmp_path):
+    results = _results()
+    results["network"] = _network_results()
+    results["measured"] = {"network": "2026-01-02T03:04:05+00:00"}
+    begin, end = run.page_markers("network")
+    for page in ("docs/how-to/gcs.md", "docs/how-to/s3.md"):
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text(f"# x\n\n{begin}\nold\n{end}\n\nrest\n")
+    run.update_pages(results, str(tmp_path))
+    gcs = (tmp_path / "docs/how-to/gcs.md").read_text()
+    s3 = (tmp_path / "docs/how-to/s3.md").read_text()
+    assert (
+        gcs.startswith(f"# x\n\n{begin}\nMeasured 2026-01-02T03:04:05+00:00") and "old" not in gcs
+    )
+    assert gcs.endswith(f"{end}\n\nrest\n")
+    # gs://'s reader at 20 ms keeps 0.96 of itself at 0 ms (met), at 50 ms 0.8 (not met)
+    assert "| large (~100,061 B) | 0 ms | 200 | 220 | 0.91 (target >= 0.9: met) |  |" in gcs
+    assert "| large (~100,061 B) | 20 ms | 192 | 211 | 0.91 | 0.96 (target >= 0.95: met) |" in gcs
+    assert "| 0.80 (target >= 0.85: **not met**) |" in gcs and "gs://" in gcs and "s3://" not in gcs
+    assert "| gcs cycle 8 |" in gcs and "| s3 cycle 16 |" not in gcs
+    assert "| s3 cycle 16 |" in s3 and "| gcs cycle 8 |" not in s3 and "reader s3://" in s3
+
+
 def test_write_ratios_against_the_pandas_peer_on_both_tables():
     results = _results()
     write = {

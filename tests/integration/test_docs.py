@@ -407,11 +407,13 @@ def test_the_prose_around_the_generated_results_quotes_no_figure_of_its_own():
     """Measured figures live in docs/bench, generated; the prose beside the generated table names
     the rows it means (a hand-written figure goes stale with the next run)."""
     perf = open(os.path.join(ROOT, "docs", "performance.md")).read()
-    gcs = open(os.path.join(ROOT, "docs", "how-to", "gcs.md")).read()
-    prose = {
-        "docs/performance.md": perf.split("<!-- /bench-results -->", 1)[1],
-        "docs/how-to/gcs.md": gcs.split("What they show", 1)[1].split("## Proven here")[0],
-    }
+    prose = {"docs/performance.md": perf.split("<!-- /bench-results -->", 1)[1]}
+    for page in ("docs/how-to/gcs.md", "docs/how-to/s3.md"):
+        # the "Measured" section around the network part's generated block
+        measured = open(os.path.join(ROOT, page)).read().split("## Measured", 1)[1]
+        measured = measured.split("## Proven here")[0]
+        before, rest = measured.split("<!-- network-results:", 1)
+        prose[page] = before + rest.split("<!-- /network-results -->", 1)[1]
     for page, text in prose.items():
         text = re.sub(r"`[^`]*`", "", " ".join(text.split()))  # names of files and flags
         text = re.sub(r"target (?:\(|of )?\d[\d.]*(?: at \d+ ms)?", "", text)
