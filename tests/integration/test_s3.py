@@ -140,7 +140,8 @@ def test_racing_publisher_processes_and_aliases_lose_nothing(tmp_path, s3_bucket
     assert [str(v) for v in reg.versions("rows")] == versions
     for v in versions:
         assert reg.verify("rows", v)["ok"]
-    reg.set_alias("rows", "stable", "1.0.0", expected=None)
+    # the first version became stable when it was published, once, whoever raced
+    assert str(reg.resolve("rows", "stable")) == "1.0.0"
     with pytest.raises(storage.PreconditionFailed):
         reg.set_alias("rows", "stable", "1.1.0", expected=None)
     reg.set_alias("rows", "stable", "1.1.0", expected="1.0.0")
@@ -171,7 +172,8 @@ def test_publish_verify_alias_survive_injected_faults_on_s3(tmp_path, s3_server)
             assert reg.publish(staged[0], "rows").created is False
             for v in versions:
                 assert reg.verify("rows", v)["ok"]
-            reg.set_alias("rows", "stable", "1.1.0", expected=None)
+            # stable: the first version, set by its publish; then two compare-and-swap moves
+            reg.set_alias("rows", "stable", "1.1.0", expected="1.0.0")
             reg.set_alias("rows", "stable", "1.2.0", expected="1.1.0")
             assert str(reg.resolve("rows", "stable")) == "1.2.0"
         faults = dict(proxy.faults)
@@ -181,7 +183,7 @@ def test_publish_verify_alias_survive_injected_faults_on_s3(tmp_path, s3_server)
         reg = Registry(f"{bucket}/registry")
         assert [str(v) for v in reg.versions("rows")] == versions
         body = json.loads(storage.read_text(reg.alias_uri("rows", "stable")))
-        assert body["version"] == "1.2.0" and len(body["history"]) == 1
+        assert body["version"] == "1.2.0" and len(body["history"]) == 2
 
 
 def test_unreachable_s3_fails_clearly_and_leaves_no_version(tmp_path, s3_server):
@@ -289,7 +291,7 @@ def test_shard_version_and_train_steps_on_s3(s3_bucket, penguins_csv, tmp_path):
     import subprocess
     import sys
 
-    from fakes.fakek8s import Artifact
+    from fakes.artifacts import Artifact
     from tfrecord_suite.kfp import tasks
 
     registry = f"{s3_bucket}/registry"
@@ -320,7 +322,7 @@ def test_shard_version_and_train_steps_on_s3(s3_bucket, penguins_csv, tmp_path):
     here = os.path.dirname(os.path.abspath(__file__))
     code = (
         f"import json, sys; sys.path[:0] = [{os.path.join(here, '..')!r}]\n"
-        "from fakes.fakek8s import train_step\n"
+        "from fakes.artifacts import train_step\n"
         f"artifacts = train_step({ref!r}, {str(out)!r}, dataset_digest={digest!r}, epochs=2,"
         " batch_size=16, learning_rate=0.01)\n"
         "print(json.dumps({'metrics': artifacts['metrics'].logged,"
