@@ -141,22 +141,22 @@ def markdown(results: dict[str, Any]) -> str:
         "rate after the first batch; the start is the time to it, the pipeline's build included.",
         "",
     ]
-    for part in PARTS:
-        lines += part.tables(results)
-    lines += _ratio_table(results)
-    for part in PARTS:
-        lines += part.notes(results)
     carried = {
         part: date for part, date in (results.get("measured") or {}).items()
         if date != results["date"]
     }  # fmt: skip
     if carried:
         lines += [
-            "",
-            "Carried over from earlier runs (`--update`): "
+            "Carried over from earlier runs (`--update`), not measured in this one: "
             + ", ".join(f"{part} (measured {date})" for part, date in sorted(carried.items()))
             + ".",
+            "",
         ]
+    for part in PARTS:
+        lines += part.tables(results)
+    lines += _ratio_table(results)
+    for part in PARTS:
+        lines += part.notes(results)
     return "\n".join(lines) + "\n"
 
 
