@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -145,6 +146,22 @@ def test_crash_between_copy_and_manifest_leaves_no_version(tmp_path):
     removed = reg.gc("rows", grace_seconds=0).removed_data
     assert len(removed) == 1 and "rows/_data/publish-" in removed[0]
     assert reg.publish(staged, "rows").version == "1.0.0"
+
+
+def test_gc_leaves_a_batch_being_filled(tmp_path):
+    """A publish makes its batch's folder before it links the first shard: gc running in that
+    moment sees an empty batch, and must judge it by the start in its name (a fresh-clone CI run
+    lost a publish to this race in test_concurrent_publish_and_gc_lose_no_published_version)."""
+    reg = Registry(str(tmp_path / "reg"))
+    reg.publish(make_staged(str(tmp_path / "s")), "rows")
+    pool = tmp_path / "reg" / "rows" / "_data"
+    filling = pool / f"publish-{int(time.time())}-0123abcd"
+    stale = pool / f"publish-{int(time.time()) - 7200}-4567cdef"
+    filling.mkdir()
+    stale.mkdir()
+    report = reg.gc("rows", grace_seconds=3600)
+    assert str(filling) in report.pending and filling.is_dir()
+    assert report.removed_data == [str(stale)] and not stale.exists()
 
 
 def test_tamper_truncate_and_flip_are_named_by_verify(tmp_path):

@@ -37,20 +37,27 @@ source "$here/versions.env"
 cache=${TFRS_REALPARTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfrecord-suite/realparts}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "$cache"
-# Go's module and build caches and Maven's repository for these builds are the cache's own, and
-# are deleted once every part asked for is built: the parts take ~2 GB, what built them ~16 GB
-# more (k8s.io/kubernetes and Beam's Go module), enough to fill a CI machine's disk before the
-# image builds. A part is rebuilt only when its pin changes. TFRS_REALPARTS_KEEP_TOOL_CACHES=1
-# keeps them (faster rebuilds while changing pins).
-tools="$cache/.tools"
+# Go's module and build caches and Maven's repository for these builds are this run's own, and
+# are deleted when it ends: the parts take ~2 GB, what built them ~16 GB more (k8s.io/kubernetes
+# and Beam's Go module), enough to fill a CI machine's disk before the image builds. A part is
+# rebuilt only when its pin changes. Each run has its own (two builds at once cannot delete each
+# other's); TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps one shared set instead, for faster rebuilds
+# while changing pins.
+if [ -n "${TFRS_REALPARTS_KEEP_TOOL_CACHES:-}" ]; then
+  tools="$cache/.tools"
+else
+  tools=$(mktemp -d "$cache/.tools-XXXXXX")
+  trap prune_tool_caches EXIT
+fi
 export GOMODCACHE="$tools/go-mod" GOCACHE="$tools/go-build"
+maven_repo="$tools/m2"
 prune_tool_caches() {
-  [ -n "${TFRS_REALPARTS_KEEP_TOOL_CACHES:-}" ] && return
-  [ -d "$tools" ] || [ -d "$cache/.m2" ] || return 0
   # the module cache is read-only on purpose; `go clean -modcache` is how it is removed
-  [ -d "$GOMODCACHE" ] && go clean -modcache
-  rm -rf "$tools" "$cache/.m2"
-  log "removed the Go and Maven caches the build used (TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps them)"
+  if [ -d "$GOMODCACHE" ]; then
+    go clean -modcache
+    log "removed the Go and Maven caches the build used (TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps them)"
+  fi
+  rm -rf "$tools"
 }
 
 log() { echo "realparts: $*" >&2; }
@@ -75,7 +82,8 @@ go_build() {
       "$name" "$module" "$version" "$replaces" >go.mod
     # `tool` lines (go get -tool) keep every module the commands need through `go mod tidy`
     for p in "$@"; do go get -tool "$p@$version" >/dev/null 2>&1 || go get -tool "$p@$version"; done
-    go mod tidy >/dev/null
+    # quiet: a cold module cache prints a line per module downloaded
+    go mod tidy 2>&1 >/dev/null | { grep -v "^go: downloading" >&2 || true; }
     mkdir -p bin
     local start=$SECONDS
     CGO_ENABLED=${GO_BUILD_CGO:-0} go build -trimpath -tags "${GO_BUILD_TAGS:-}" \
@@ -261,8 +269,8 @@ maven_job_server() {
   <dependencies>$deps</dependencies>
 </project>
 POM
-  # Maven's own repository inside the cache: one folder to delete, nothing left in ~/.m2
-  (cd "$work" && mvn -B -q -Dmaven.repo.local="$cache/.m2" dependency:copy-dependencies \
+  # Maven's repository is this run's (above): nothing left in ~/.m2
+  (cd "$work" && mvn -B -q -Dmaven.repo.local="$maven_repo" dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$work/lib")
   python3 - "$work" "$main" "$opens" <<'PY'
 import os, sys, zipfile
@@ -337,4 +345,3 @@ for part in "${@:-all}"; do
     *) echo "usage: $0 [PART|all|runners|node]... (see the top of this file)" >&2; exit 2 ;;
   esac
 done
-prune_tool_caches

@@ -523,7 +523,7 @@ class Registry:
             if time.time() - oldest < DATA_GRACE_SECONDS / 2:
                 return _relative(staged, ddir)
             _LOG.info("%s is too old to publish in place; linking it into a new batch", staged)
-        batch = storage.join(pool, f"publish-{uuid.uuid4().hex[:12]}")
+        batch = storage.join(pool, _new_batch_name())
         for s in shards:
             dst = storage.join(batch, s["name"])
             storage.link_or_copy(storage.join(staged, s["name"]), dst)
@@ -661,8 +661,9 @@ class Registry:
             keep_last: Keep this many newest versions (None: remove no version by count).
             keep_newer_than: Keep versions created less than this many seconds ago.
             grace_seconds: Data is removed only once nothing has referenced it for this long
-                (unpublished batches by their files' age, removed versions' data by the time of
-                removal), so a publish still running is never robbed of its shards.
+                (unpublished batches by their files' age and the start in their name, removed
+                versions' data by the time of removal), so a publish still running is never
+                robbed of its shards.
             dry_run: Only report.
 
         A version an alias points to is always kept. A removed version leaves ``removed.json``
@@ -706,7 +707,10 @@ class Registry:
             if batch in needed:
                 continue
             files = storage.list_files(batch)
-            if files and now - max(f.mtime for f in files) < grace_seconds:
+            # young by its newest file, or by the start in its name: a batch being filled may
+            # still be empty (a folder made, no shard linked yet) and must not go meanwhile
+            times = [f.mtime for f in files] + [t for t in [_batch_started(batch)] if t]
+            if times and now - max(times) < grace_seconds:
                 report.pending.append(batch)
                 continue
             report.removed_data.append(batch)
@@ -785,6 +789,19 @@ def parse_duration(text: str) -> float:
     if unit not in units or value < 0:
         raise UserError(f"duration {text!r}: use a number and d, h, m or s (30d, 12h, 90m)")
     return value * units[unit]
+
+
+def _new_batch_name() -> str:
+    """A name for a batch a publish fills: ``publish-<unix seconds>-<random>``."""
+    return f"publish-{int(time.time())}-{uuid.uuid4().hex[:8]}"
+
+
+def _batch_started(batch: str) -> float | None:
+    """When the publish that fills ``batch`` started, from its name (None for other batches)."""
+    parts = storage.basename(batch).split("-")
+    if len(parts) == 3 and parts[0] == "publish" and parts[1].isdigit():
+        return float(parts[1])
+    return None
 
 
 def _batch_of(uri: str) -> str:
