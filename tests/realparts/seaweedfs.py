@@ -117,9 +117,12 @@ def start_command(binary: str, folder: str, ports: dict[str, int]) -> list[str]:
         "-filer", f"-filer.port={ports['filer']}", f"-filer.port.grpc={ports['filer_grpc']}",
         "-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
-        # small volumes, as many as the disk holds: the default 30 GB volume limit and 8 volumes
-        # would refuse writes once a few collections exist
-        "-master.volumeSizeLimitMB=1024", "-volume.max=0", "-volume.preStopSeconds=0",
+        # small volumes, and many of them: each bucket is a collection that grows several
+        # volumes at once, so the default 30 GB limit and 8 volumes refuse writes after a bucket
+        # or two, and -volume.max=0 (counted from the disk's free space) after a few more ("No
+        # writable volumes and no free volumes left"); volumes are not preallocated, so the
+        # count costs no disk
+        "-master.volumeSizeLimitMB=1024", "-volume.max=256", "-volume.preStopSeconds=0",
     ]  # fmt: skip
 
 
