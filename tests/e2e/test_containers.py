@@ -69,7 +69,7 @@ def test_step_images_run_as_10001_and_let_the_launcher_write(dockerfile):
 def test_dataflow_worker_keeps_the_sdk_entrypoint_and_root():
     text = open(BEAM_WORKER).read()
     assert re.search(r"^FROM apache/beam_python3\.11_sdk:2\.77\.0$", text, re.M)
-    assert "apache-beam[gcp]==2.77.0" in open(os.path.join(ROOT, "pyproject.toml")).read()
+    assert "apache-beam[gcp,aws]==2.77.0" in open(os.path.join(ROOT, "pyproject.toml")).read()
     # Dataflow mounts its worker folders as root; the boot entrypoint of the base stays
     assert not re.search(r"^(USER|ENTRYPOINT)", text, re.M)
 
@@ -97,7 +97,7 @@ def test_images_install_dependencies_from_pyproject_before_the_sources():
         pyproject = tomllib.load(fh)
     deps = dependencies(pyproject, ["shard", "train", "tfds"])
     assert deps[:2] == ["kfp==2.17.0", "kfp-kubernetes==2.17.0"]
-    for pin in ("apache-beam[gcp]==2.77.0", "tensorflow-cpu==2.21.0", "pydantic>=2,<3"):
+    for pin in ("apache-beam[gcp,aws]==2.77.0", "tensorflow-cpu==2.21.0", "pydantic>=2,<3"):
         assert deps.count(pin) == 1, pin
     assert not any(d.startswith("tfrecord-suite") for d in deps)
     gpu = dependencies(pyproject, ["gpu"])
