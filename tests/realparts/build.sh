@@ -113,8 +113,14 @@ kubernetes_replaces() {
   echo "$replaces"
 }
 
+# kubernetes_replaces_for NAME: the replace block, or nothing where NAME is built already (the
+# block comes from the module's go.mod: a download a built part does not need)
+kubernetes_replaces_for() {
+  [ -f "$cache/$1-$KUBERNETES_VERSION/.complete" ] || kubernetes_replaces
+}
+
 kubernetes() {
-  go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
+  go_build kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces_for kubernetes)" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 }
@@ -125,7 +131,8 @@ kubernetes_node() {
   local v=${KUBERNETES_VERSION#v} x=k8s.io/component-base/version
   GO_BUILD_LDFLAGS="-X $x.gitVersion=$KUBERNETES_VERSION -X $x.gitMajor=${v%%.*} \
 -X $x.gitMinor=$(echo "$v" | cut -d. -f2) -X $x.gitTreeState=clean" \
-    go_build kubernetes-node k8s.io/kubernetes "$KUBERNETES_VERSION" "$(kubernetes_replaces)" \
+    go_build kubernetes-node k8s.io/kubernetes "$KUBERNETES_VERSION" \
+    "$(kubernetes_replaces_for kubernetes-node)" \
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 }
 
