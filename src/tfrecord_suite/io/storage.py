@@ -737,16 +737,6 @@ def _copy(src: str, dst: str) -> None:
             {"Bucket": src_bucket, "Key": src_key}, bucket, key, Config=_s3_transfer_config()
         )
         return
-    if not is_remote(src) and not is_remote(dst):
-        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-        tmp = _tmp_name(dst)
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(tmp)
-        return
     if is_remote(src) and is_remote(dst):  # across stores: through a local temporary file
         with tempfile.TemporaryDirectory(prefix="tfrs-copy-") as folder:
             local = os.path.join(folder, basename(src))
@@ -758,7 +748,7 @@ def _copy(src: str, dst: str) -> None:
     elif is_s3(dst):
         bucket, key = _split_s3(dst)
         s3_client().upload_file(src, bucket, key, Config=_s3_transfer_config())
-    else:
+    else:  # into a local file (from a store or another local file)
         download(src, dst)
 
 
