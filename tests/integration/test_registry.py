@@ -188,6 +188,23 @@ def _publish_in_process(args):
     return r.version, r.created
 
 
+def race_publisher_processes(root: str, tmp_path) -> tuple[Registry, list[str]]:
+    """4 spawned processes (each with its own client) publish at once to ``root``, one repeating
+    another's content (idempotent): three versions, each created once, listed and verified."""
+    staged = [make_staged(str(tmp_path / f"s{i}"), n=30 + i) for i in range(3)]
+    staged.append(staged[0])
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_publish_in_process, [(root, s) for s in staged])
+    versions = sorted({v for v, _ in results})
+    assert versions == ["1.0.0", "1.1.0", "1.2.0"]
+    assert sum(created for _, created in results) == 3
+    reg = Registry(root)
+    assert [str(v) for v in reg.versions("rows")] == versions
+    for v in versions:
+        assert reg.verify("rows", v)["ok"]
+    return reg, versions
+
+
 @pytest.mark.parametrize("same_content", [False, True])
 def test_concurrent_publishers_threads(tmp_path, same_content):
     reg = Registry(str(tmp_path / "reg"))
@@ -326,15 +343,4 @@ def test_concurrent_publish_and_alias_on_fake_gcs(tmp_path, strict_gcs_bucket):
 @pytest.mark.gcs
 def test_concurrent_publisher_processes_on_fake_gcs(tmp_path, strict_gcs_bucket):
     """4 processes (spawned, each with its own GCS client) race on the strict emulator."""
-    root = f"{strict_gcs_bucket}/registry"
-    staged = [make_staged(str(tmp_path / f"s{i}"), n=30 + i) for i in range(3)]
-    staged.append(staged[0])  # one publisher repeats another's content: idempotent
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        results = pool.map(_publish_in_process, [(root, s) for s in staged])
-    versions = sorted({v for v, _ in results})
-    assert versions == ["1.0.0", "1.1.0", "1.2.0"]
-    assert sum(created for _, created in results) == 3
-    reg = Registry(root)
-    assert [str(v) for v in reg.versions("rows")] == versions
-    for v in versions:
-        reg.verify("rows", v)
+    race_publisher_processes(f"{strict_gcs_bucket}/registry", tmp_path)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import multiprocessing
 import os
 import threading
 import time
@@ -21,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from support import s3_env
-from test_registry import make_staged
+from test_registry import make_staged, race_publisher_processes
 
 from fakes.faultproxy import FaultProxy
 from tfrecord_suite.io import storage
@@ -119,27 +118,10 @@ def test_atomic_create_and_compare_and_swap_hold_under_racing_threads(s3_bucket)
     assert refused  # the race was real: some swaps lost and were retried
 
 
-def _publish_in_process(args):
-    root, staged = args
-    result = Registry(root).publish(staged, "rows")
-    return result.version, result.created
-
-
 def test_racing_publisher_processes_and_aliases_lose_nothing(tmp_path, s3_bucket):
     """4 processes (spawned, each with its own client) publish at once, one repeating another's
     content; then 10 threads move one alias at once. No version and no alias write is lost."""
-    root = f"{s3_bucket}/registry"
-    staged = [make_staged(str(tmp_path / f"s{i}"), n=30 + i) for i in range(3)]
-    staged.append(staged[0])
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        results = pool.map(_publish_in_process, [(root, s) for s in staged])
-    versions = sorted({v for v, _ in results})
-    assert versions == ["1.0.0", "1.1.0", "1.2.0"]
-    assert sum(created for _, created in results) == 3
-    reg = Registry(root)
-    assert [str(v) for v in reg.versions("rows")] == versions
-    for v in versions:
-        assert reg.verify("rows", v)["ok"]
+    reg, versions = race_publisher_processes(f"{s3_bucket}/registry", tmp_path)
     # the first version became stable when it was published, once, whoever raced
     assert str(reg.resolve("rows", "stable")) == "1.0.0"
     with pytest.raises(storage.PreconditionFailed):
