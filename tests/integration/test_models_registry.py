@@ -131,10 +131,8 @@ def test_models_cli(tmp_path):
     assert r.exit_code == 2 and "model m v9 does not exist" in r.output
 
 
-@pytest.mark.gcs
-def test_register_and_promote_on_fake_gcs(tmp_path, strict_gcs_bucket):
-    root = f"{strict_gcs_bucket}/_models"
-    reg = ModelRegistry(root)
+def register_racing_then_alias(reg: ModelRegistry, tmp_path) -> ModelRegistry:
+    """Three models registered at once get distinct numbers; ``stable`` is created once by CAS."""
     outs = [fake_training_output(str(tmp_path / f"t{i}"), i) for i in range(3)]
     with ThreadPoolExecutor(max_workers=3) as pool:
         got = [f.result() for f in [pool.submit(reg.register, "m", o, "export", {}) for o in outs]]
@@ -143,4 +141,10 @@ def test_register_and_promote_on_fake_gcs(tmp_path, strict_gcs_bucket):
     reg.set_alias("m", "stable", 1, expected=None)
     with pytest.raises(storage.PreconditionFailed):
         reg.set_alias("m", "stable", 2, expected=None)
+    return reg
+
+
+@pytest.mark.gcs
+def test_register_and_promote_on_fake_gcs(tmp_path, strict_gcs_bucket):
+    reg = register_racing_then_alias(ModelRegistry(f"{strict_gcs_bucket}/_models"), tmp_path)
     assert reg.resolve("m", "stable").version == 1

@@ -327,22 +327,14 @@ def test_model_registry_on_s3_and_the_gate_scores_a_baseline_there(tmp_path, s3_
     """Models registered on s3:// concurrently get distinct numbers, aliases move by CAS, and
     the gate scores a model kept there (TensorFlow loads it from a local copy)."""
     import tensorflow as tf
-    from test_models_registry import fake_training_output
+    from test_models_registry import register_racing_then_alias
 
     from tfrecord_suite.registry.datasets import shard_uris
     from tfrecord_suite.registry.models import ModelRegistry
     from tfrecord_suite.schema import Schema
     from tfrecord_suite.train.evaluate import score
 
-    reg = ModelRegistry(f"{s3_bucket}/models")
-    outs = [fake_training_output(str(tmp_path / f"t{i}"), i) for i in range(3)]
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        got = [f.result() for f in [pool.submit(reg.register, "m", o, "export", {}) for o in outs]]
-    assert sorted(m.version for m in got) == [1, 2, 3]
-    reg.verify("m", 2)
-    reg.set_alias("m", "stable", 1, expected=None)
-    with pytest.raises(storage.PreconditionFailed):
-        reg.set_alias("m", "stable", 2, expected=None)
+    register_racing_then_alias(ModelRegistry(f"{s3_bucket}/models"), tmp_path)
 
     class AlwaysZero(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
