@@ -35,20 +35,41 @@ def gcs(tmp_path_factory):
 def test_the_train_step_reads_a_gs_version_through_tensorflows_filesystem(
     gcs, penguins_csv, tmp_path, monkeypatch
 ):
-    from fakes.artifacts import Artifact
     from tfrecord_suite.io import storage
-    from tfrecord_suite.kfp import tasks
     from tfrecord_suite.registry.manifest import Manifest
 
     for key, value in gcs.python_env().items():
         monkeypatch.setenv(key, value)
     storage.reset_gcs_client()
     bucket = gcs.create_bucket("penguins-bucket")
+    # the shard and version steps, as their components call them, writing to the local GCS
+    registry, ref, digest = shard_and_version_penguins(bucket, penguins_csv, tmp_path)
+    manifest = Manifest.load(storage.read_text(f"{registry}/penguins/1.0.0/manifest.json"))
+    shard_bytes = sum(s["bytes"] for s in manifest.shards)
+
+    # the train step in a process whose TensorFlow reaches the server as storage.googleapis.com
+    before = dict(gcs.proxy.stats)
+    out = tmp_path / "train"
+    train_step_in_a_process(ref, digest, out, {**gcs.python_env(), **gcs.tensorflow_env()})
+    # TensorFlow fetched every shard through the proxy, over TLS: its own GCS filesystem
+    fetched = gcs.proxy.stats["bytes_down"] - before["bytes_down"]
+    assert gcs.proxy.stats["tunnels"] > before["tunnels"]
+    assert fetched >= shard_bytes, (fetched, shard_bytes)
+    # and nothing was copied to local disk first
+    local = [f for _, _, files in os.walk(tmp_path) for f in files if ".tfrecord" in f]
+    assert local == []
+
+
+def shard_and_version_penguins(bucket: str, penguins_csv: str, tmp_path) -> tuple[str, str, str]:
+    """The shard and version steps, as their components call them, on the penguins table copied
+    to ``bucket``; returns the registry root, the version's reference and its digest."""
+    from fakes.artifacts import Artifact
+    from tfrecord_suite.io import storage
+    from tfrecord_suite.kfp import tasks
+
     registry = f"{bucket}/registry"
     raw = f"{bucket}/raw/penguins.csv"
     storage.copy(penguins_csv, raw)
-
-    # the shard and version steps, as their components call them, writing to the local GCS
     staged = Artifact("", path=str(tmp_path / "staged"))
     summary = Artifact("", path=str(tmp_path / "summary.md"))
     tasks.shard_task(
@@ -66,12 +87,13 @@ def test_the_train_step_reads_a_gs_version_through_tensorflows_filesystem(
         dataset=dataset, card=card,
     )  # fmt: skip
     assert ref == f"{registry}/penguins@1.0.0"
-    manifest = Manifest.load(storage.read_text(f"{registry}/penguins/1.0.0/manifest.json"))
-    shard_bytes = sum(s["bytes"] for s in manifest.shards)
+    return registry, ref, digest
 
-    # the train step in a process whose TensorFlow reaches the server as storage.googleapis.com
-    before = dict(gcs.proxy.stats)
-    out = tmp_path / "train"
+
+def train_step_in_a_process(ref: str, digest: str, out, env: dict[str, str]) -> dict:
+    """The train step on ``ref`` in a process of its own with ``env`` added (a store's endpoint
+    and credentials, as a Kubeflow pod gets them); checks the model and returns its metrics and
+    model metadata."""
     code = (
         f"import json, sys; sys.path[:0] = [{os.path.join(HERE, '..')!r}]\n"
         "from fakes.artifacts import train_step\n"
@@ -80,7 +102,7 @@ def test_the_train_step_reads_a_gs_version_through_tensorflows_filesystem(
         "print(json.dumps({'metrics': artifacts['metrics'].logged,"
         " 'model': artifacts['model'].metadata}))\n"
     )
-    env = {**os.environ, **gcs.python_env(), **gcs.tensorflow_env(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
     )
@@ -89,10 +111,4 @@ def test_the_train_step_reads_a_gs_version_through_tensorflows_filesystem(
     assert result["model"]["dataset_digest"] == digest
     assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
     assert os.path.isfile(out / "model" / "export" / "saved_model.pb")
-    # TensorFlow fetched every shard through the proxy, over TLS: its own GCS filesystem
-    fetched = gcs.proxy.stats["bytes_down"] - before["bytes_down"]
-    assert gcs.proxy.stats["tunnels"] > before["tunnels"]
-    assert fetched >= shard_bytes, (fetched, shard_bytes)
-    # and nothing was copied to local disk first
-    local = [f for _, _, files in os.walk(tmp_path) for f in files if ".tfrecord" in f]
-    assert local == []
+    return result

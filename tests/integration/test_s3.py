@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from support import s3_env
+from test_gcs_read import shard_and_version_penguins, train_step_in_a_process
 from test_registry import make_staged, race_publisher_processes
 
 from fakes.faultproxy import FaultProxy
@@ -270,55 +271,14 @@ def test_shard_version_and_train_steps_on_s3(s3_bucket, penguins_csv, tmp_path):
     filesystem writes the shards, the version step publishes them, and the train step trains on
     the s3:// reference in a process of its own (its environment as a Kubeflow pod's from a
     Secret), staging the shards; none is left on local disk."""
-    import subprocess
-    import sys
 
-    from fakes.artifacts import Artifact
-    from tfrecord_suite.kfp import tasks
-
-    registry = f"{s3_bucket}/registry"
-    raw = f"{s3_bucket}/raw/penguins.csv"
-    storage.copy(penguins_csv, raw)
-    staged = Artifact("", path=str(tmp_path / "staged"))
-    summary = Artifact("", path=str(tmp_path / "summary.md"))
-    tasks.shard_task(
-        input_uri=raw, registry_root=registry, dataset_name="penguins",
-        fingerprint=tasks.fingerprint_task(raw), input_format="auto", label="species",
-        key_column="", splits="train=80,validation=10,test=10", num_shards=2,
-        target_shard_mb=128.0, readers=1, workers=1, gzip=False, max_bad_fraction=0.05,
-        beam_args=[], staged=staged, summary=summary,
-    )  # fmt: skip
-    assert staged.metadata["staged_uri"].startswith(f"{registry}/penguins/_data/run-")
-    dataset = Artifact("", path=str(tmp_path / "dataset"))
-    card = Artifact("", path=str(tmp_path / "card.md"))
-    ref, digest = tasks.version_task(
-        staged=staged, registry_root=registry, dataset_name="penguins", bump="auto",
-        dataset=dataset, card=card,
-    )  # fmt: skip
-    assert ref == f"{registry}/penguins@1.0.0"
+    registry, ref, digest = shard_and_version_penguins(s3_bucket, penguins_csv, tmp_path)
     assert Registry(registry).verify("penguins", "1.0.0")["ok"]
 
     out = tmp_path / "train"
     stage = tmp_path / "stage"
     stage.mkdir()
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = (
-        f"import json, sys; sys.path[:0] = [{os.path.join(here, '..')!r}]\n"
-        "from fakes.artifacts import train_step\n"
-        f"artifacts = train_step({ref!r}, {str(out)!r}, dataset_digest={digest!r}, epochs=2,"
-        " batch_size=16, learning_rate=0.01)\n"
-        "print(json.dumps({'metrics': artifacts['metrics'].logged,"
-        " 'model': artifacts['model'].metadata}))\n"
-    )
-    env = {**os.environ, "TMPDIR": str(stage), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["model"]["dataset_digest"] == digest
-    assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
-    assert os.path.isfile(out / "model" / "export" / "saved_model.pb")
+    train_step_in_a_process(ref, digest, out, {"TMPDIR": str(stage)})
     local = [f for _, _, names in os.walk(tmp_path) for f in names if ".tfrecord" in f]
     assert local == []  # staged copies were deleted once read
 
