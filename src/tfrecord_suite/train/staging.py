@@ -51,7 +51,10 @@ _LIVE: weakref.WeakSet[Stager] = weakref.WeakSet()
 
 @dataclasses.dataclass(frozen=True)
 class StageConfig:
-    """How shards are staged (the reader's ``stage_*`` knobs, resolved).
+    """How shards are staged.
+
+    The reader's ``stage_*`` knobs; their defaults are :class:`~tfrecord_suite.train.reader.
+    ReaderConfig`'s, the only ones.
 
     Attributes:
         folder: Parent folder of the local copies ("" : the system's temporary folder).
@@ -61,10 +64,10 @@ class StageConfig:
 
     """
 
-    folder: str = ""
-    files: int = 4
-    part_mb: int = 8
-    parts: int = 8
+    folder: str
+    files: int
+    part_mb: int
+    parts: int
 
 
 class Stager:
