@@ -275,7 +275,7 @@ def _torch_variant(
 
     if not (importlib.util.find_spec("torch") and importlib.util.find_spec("tfrecord")):
         _LOG.warning(
-            "torch or tfrecord not installed (pip install 'tfrecord-suite[bench]'): "
+            "torch or tfrecord not installed (pip install 'tfrecord-suite[bench-peer]'): "
             "no PyTorch variant"
         )
         return None

@@ -217,11 +217,11 @@ def test_reader_stages_s3_shards_and_deletes_each_copy_once_read(tmp_path, s3_bu
     assert list(folder.iterdir()) == []
 
     # an input stopped early leaves its copies until released; released copies of an input
-    # that goes on after all are fetched again (the file list repeated, so that the stager
-    # always runs ahead: with epochs apart, these four small shards are all read at once)
+    # that goes on after all are fetched again (staged, the file list repeats by default: the
+    # stager runs on into the next epoch)
     from tfrecord_suite.train import staging
 
-    endless = dataclasses.replace(config, repeat=True, shuffle_buffer=0, interleave_epochs=True)
+    endless = dataclasses.replace(config, repeat=True, shuffle_buffer=0)
     iterator = iter(make_dataset(files, schema, endless, training=False))
     got = [float(v) for v in tf.reshape(next(iterator)[0]["x"], [-1]).numpy()]
     time.sleep(1.0)  # the stager runs ahead

@@ -53,6 +53,28 @@ def test_the_reader_stages_only_what_tensorflow_cannot_open():
         ReaderConfig(stage_files=0)
 
 
+def test_epochs_run_into_each_other_only_where_the_shards_are_staged():
+    """By default the file list repeats before the interleave where the stager can run on into
+    the next epoch (s3://), and epochs stay apart where the shards are read in place."""
+    from tfrecord_suite.train.reader import ReaderConfig, _layout
+
+    def repeats_files(files, **fields):
+        # blocks and windows given, no shuffle: the layout reads no file to size them
+        config = ReaderConfig(
+            **{"repeat": True, **fields}, block_length=1, parse_window=8, shuffle_buffer=0
+        )
+        return _layout(files, config, None, "", True).repeat_files
+
+    s3, gs, local = ["s3://b/a.tfrecord"], ["gs://b/a.tfrecord"], ["/d/a.tfrecord"]
+    assert repeats_files(s3) and not repeats_files(gs) and not repeats_files(local)
+    assert repeats_files(gs, remote_read="stage")
+    assert not repeats_files(s3, interleave_epochs=False)
+    assert repeats_files(gs, interleave_epochs=True) and repeats_files(
+        local, interleave_epochs=True
+    )
+    assert not repeats_files(s3, repeat=False)
+
+
 def test_the_trainer_refuses_a_model_dir_tensorflow_cannot_write():
     from tfrecord_suite.train.trainer import TrainConfig
 

@@ -135,11 +135,14 @@ class ReaderConfig:
             store's round trip (the bench's network knob rows measure both).
         stage_parts: Ranged GETs of one shard at once when staging.
         interleave_epochs: With ``repeat``, the file list repeats before the interleave, so
-            the next epoch's files open while this epoch's last ones are read. Off (default):
-            the records repeat after the interleave, and each epoch ends when its last file is
-            read: the cycle drains, then opens anew, and every epoch reads each record exactly
-            once. Off read faster on ``gs://`` in the bench's network runs, at every latency
-            (its knob row ``repeat before interleave`` measures on against off).
+            the next epoch's files open while this epoch's last ones are read. Off: the records
+            repeat after the interleave, and each epoch ends when its last file is read: the
+            cycle drains, then opens anew, and every epoch reads each record exactly once.
+            None (default): on where the shards are staged (``s3://``), so that the stager
+            runs on into the next epoch's shards instead of the next epoch waiting for its
+            first downloads; off where they are read in place (local, streamed ``gs://``).
+            Chosen from the bench's network knob rows (``repeat before interleave`` on each
+            store): on was faster staged, off faster streamed.
 
     """
 
@@ -171,7 +174,7 @@ class ReaderConfig:
     stage_ahead: int = 4
     stage_part_mb: int = 16
     stage_parts: int = 4
-    interleave_epochs: bool = False
+    interleave_epochs: bool | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -745,19 +748,21 @@ def _layout(
         )
     if config.skip_bad_records:
         window = config.batch_size  # a record that fails to parse costs one batch
+    staged = config.stages(files)
     cycle = config.cycle_length
     if cycle == 0:
         sharded_by_file = input_context is not None and by_file
         pipelines = input_context.num_input_pipelines if sharded_by_file else 1
-        cap = MAX_AUTO_STAGED_CYCLE if config.stages(files) else MAX_AUTO_CYCLE
+        cap = MAX_AUTO_STAGED_CYCLE if staged else MAX_AUTO_CYCLE
         cycle = min(max(1, -(-len(files) // pipelines)), cap)
     reads = config.num_parallel_reads
     if reads == 0:
         remote = any("://" in f for f in files)
         reads = max(cycle, 1) if remote and cycle != AUTOTUNE else AUTOTUNE
     pipeline = input_context.input_pipeline_id if input_context is not None else 0
+    interleave_epochs = staged if config.interleave_epochs is None else config.interleave_epochs
     repeat_files = (
-        config.repeat and config.interleave_epochs and not config.cache and shard_records is None
+        config.repeat and interleave_epochs and not config.cache and shard_records is None
     )
     return _Layout(
         block, window, shuffle_records, cycle, shard_records, reads, pipeline, repeat_files
