@@ -550,6 +550,7 @@ class _Layout:
         reads: Files read in parallel (``num_parallel_reads`` resolved).
         pipeline: This input pipeline's index (0 without an input context).
         repeat_files: The file list repeats before the interleave (``interleave_epochs``).
+        staged: The shards are copied to local disk ahead of the reader (``remote_read``).
 
     """
 
@@ -561,6 +562,7 @@ class _Layout:
     reads: int = AUTOTUNE
     pipeline: int = 0
     repeat_files: bool = False
+    staged: bool = False
 
 
 def make_dataset(
@@ -632,7 +634,7 @@ def make_dataset(
         )
     if service:  # each service worker repeats its own share of the files
         layout = dataclasses.replace(layout, repeat_files=False)
-        if config.stages(files):
+        if layout.staged:
             raise UserError(
                 "staged shards (remote_read) with an input service: the service's workers "
                 "cannot run the staging; read them from a store TensorFlow opens (gs://)"
@@ -701,7 +703,7 @@ def _blocks(
     if layout.repeat_files:
         # reshuffled on every pass; the interleave never drains at an epoch's end
         ds = ds.repeat()
-    stager = _stager(config) if config.stages(files) else None
+    stager = _stager(config) if layout.staged else None
     if stager is not None:
         _LOG.info("shards staged to local disk ahead of the reader, in %s", stager.folder)
     return _read_stage(ds, config, compression, layout, stager, seed)
@@ -765,7 +767,7 @@ def _layout(
         config.repeat and interleave_epochs and not config.cache and shard_records is None
     )
     return _Layout(
-        block, window, shuffle_records, cycle, shard_records, reads, pipeline, repeat_files
+        block, window, shuffle_records, cycle, shard_records, reads, pipeline, repeat_files, staged
     )
 
 
