@@ -97,7 +97,6 @@ def run(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
 def network_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
     """Every variant at every latency, on small and large records; MB/s of shard bytes."""
     from benchmarks import servers
-    from tfrecord_suite.io import storage
 
     shard_mb = SHARD_MB[bool(config.quick)]
     versions = {
@@ -139,8 +138,6 @@ def network_part(data_root: str, config: BenchConfig) -> dict[str, Any]:
             }
             _LOG.info("network: %s records", kind)
             out[kind] = _child(args, env)
-        storage.reset_gcs_client()
-        storage.reset_s3_client()
     return out
 
 
@@ -148,12 +145,8 @@ def _upload(versions: dict[str, dict], stores: Any) -> dict[str, dict[str, str]]
     """Copy each version's dataset folder (manifest and shard batches) to both stores."""
     from tfrecord_suite.io import storage
 
-    old = {k: os.environ.get(k) for k in stores.upload_env}
-    os.environ.update(stores.upload_env)
-    storage.reset_gcs_client()
-    storage.reset_s3_client()
     remote: dict[str, dict[str, str]] = {"gcs": {}, "s3": {}}
-    try:
+    with storage.environment(stores.upload_env):
         for kind, version in versions.items():
             dataset = os.path.dirname(version["uri"])
             for store, bucket in (("gcs", stores.gcs_bucket), ("s3", stores.s3_bucket)):
@@ -161,14 +154,6 @@ def _upload(versions: dict[str, dict], stores: Any) -> dict[str, dict[str, str]]
                     rel = storage.relative_to(info.uri, dataset)
                     storage.copy(info.uri, f"{bucket}/{kind}/{rel}")
                 remote[store][kind] = f"{bucket}/{kind}/{os.path.basename(version['uri'])}"
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        storage.reset_gcs_client()
-        storage.reset_s3_client()
     return remote
 
 

@@ -8,7 +8,6 @@ import csv
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,42 +28,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def emulator_env(url: str) -> Iterator[None]:
+def emulator_env(url: str) -> contextlib.AbstractContextManager[None]:
+    """The GCS client pointed at the emulator at ``url`` meanwhile."""
     from tfrecord_suite.io import storage
 
-    old = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = url
-    storage.reset_gcs_client()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = old
-        storage.reset_gcs_client()
+    return storage.environment({"STORAGE_EMULATOR_HOST": url})
 
 
-@contextlib.contextmanager
-def s3_env(env: dict[str, str]) -> Iterator[None]:
+def s3_env(env: dict[str, str]) -> contextlib.AbstractContextManager[None]:
     """boto3's environment set to ``env`` (an S3 server's endpoint and credentials) meanwhile."""
     from tfrecord_suite.io import storage
 
-    old = {k: os.environ.get(k) for k in (*env, *storage.S3_ENDPOINT_ENV)}
-    for k in storage.S3_ENDPOINT_ENV:
-        os.environ.pop(k, None)
-    os.environ.update(env)
-    storage.reset_s3_client()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        storage.reset_s3_client()
+    return storage.environment(env, unset=storage.S3_ENDPOINT_ENV)
 
 
 def write_csv(path: str, header: list[str], rows: list[list[object]]) -> str:

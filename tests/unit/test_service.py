@@ -58,3 +58,19 @@ def test_workers_must_not_outnumber_an_input_pipelines_files():
         check_files_per_worker(InputService(local_workers=2), 1)
     with pytest.raises(UserError, match="at least 6 files"):
         check_files_per_worker(InputService(cluster_workers=3), 5, pipelines=2)
+
+
+def test_staged_shards_are_refused_with_an_input_service():
+    """The service's workers run the read stage in processes of their own, where no stager runs:
+    s3:// shards (staged by default) with a service are refused before anything is read."""
+    from tfrecord_suite.schema import Feature, Schema
+    from tfrecord_suite.train.reader import make_dataset
+
+    schema = Schema([Feature("x", "float32"), Feature("y", "int64")], label="y")
+    # blocks and windows given, no shuffle: the layout reads no file to size them
+    config = ReaderConfig(block_length=1, parse_window=8, shuffle_buffer=0)
+    with pytest.raises(UserError, match=r"staged shards \(remote_read\) with an input service"):
+        make_dataset(["s3://b/a.tfrecord"], schema, config, service="grpc://d:5050")
+    staged_gs = ReaderConfig(block_length=1, parse_window=8, shuffle_buffer=0, remote_read="stage")
+    with pytest.raises(UserError, match="cannot run the staging"):
+        make_dataset(["gs://b/a.tfrecord"], schema, staged_gs, service="grpc://d:5050")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tfrecord_suite.errors import UserError
@@ -81,3 +83,19 @@ def test_the_trainer_refuses_a_model_dir_tensorflow_cannot_write():
     with pytest.raises(UserError, match="--model-dir s3://b/m: TensorFlow writes checkpoints"):
         TrainConfig(dataset="s3://b/reg/d@1", model_dir="s3://b/m").validate()
     TrainConfig(dataset="s3://b/reg/d@1", model_dir="/tmp/m").validate()
+
+
+def test_the_store_clients_follow_an_environment_meanwhile_and_the_old_one_after(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    storage._S3["http://127.0.0.1:1"] = object()  # a client built before
+    with storage.environment(
+        {"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:2", "STORAGE_EMULATOR_HOST": "http://h:3"},
+        unset=storage.S3_ENDPOINT_ENV,
+    ):
+        assert storage.s3_endpoint() == "http://127.0.0.1:2" and not storage._S3
+        assert os.environ["STORAGE_EMULATOR_HOST"] == "http://h:3"
+        storage._S3["http://127.0.0.1:2"] = object()
+    assert storage.s3_endpoint() == "http://127.0.0.1:1" and not storage._S3
+    assert "STORAGE_EMULATOR_HOST" not in os.environ and "AWS_ENDPOINT_URL_S3" not in os.environ

@@ -285,6 +285,32 @@ def reset_s3_client() -> None:
     _S3.clear()
 
 
+@contextlib.contextmanager
+def environment(env: dict[str, str], unset: tuple[str, ...] = ()) -> Iterator[None]:
+    """The store clients built from ``env`` meanwhile (endpoints, credentials), then as before.
+
+    ``env`` is set over the process's environment (the variables in ``unset`` removed first),
+    the cached GCS and S3 clients are forgotten on entry and on exit, and the environment is
+    restored on exit.
+    """
+    old = {k: os.environ.get(k) for k in (*env, *unset)}
+    for k in unset:
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    reset_gcs_client()
+    reset_s3_client()
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        reset_gcs_client()
+        reset_s3_client()
+
+
 def _s3_code(exc: Exception) -> str:
     """The S3 error code of a botocore ``ClientError`` ("" for other errors)."""
     response = getattr(exc, "response", None) or {}
