@@ -33,18 +33,16 @@ def gcs(tmp_path_factory):
 
 
 def test_the_train_step_reads_a_gs_version_through_tensorflows_filesystem(
-    gcs, penguins_csv, tmp_path, monkeypatch
+    gcs, penguins_csv, tmp_path
 ):
     from tfrecord_suite.io import storage
     from tfrecord_suite.registry.manifest import Manifest
 
-    for key, value in gcs.python_env().items():
-        monkeypatch.setenv(key, value)
-    storage.reset_gcs_client()
-    bucket = gcs.create_bucket("penguins-bucket")
-    # the shard and version steps, as their components call them, writing to the local GCS
-    registry, ref, digest = shard_and_version_penguins(bucket, penguins_csv, tmp_path)
-    manifest = Manifest.load(storage.read_text(f"{registry}/penguins/1.0.0/manifest.json"))
+    with storage.environment(gcs.python_env()):
+        bucket = gcs.create_bucket("penguins-bucket")
+        # the shard and version steps, as their components call them, writing to the local GCS
+        registry, ref, digest = shard_and_version_penguins(bucket, penguins_csv, tmp_path)
+        manifest = Manifest.load(storage.read_text(f"{registry}/penguins/1.0.0/manifest.json"))
     shard_bytes = sum(s["bytes"] for s in manifest.shards)
 
     # the train step in a process whose TensorFlow reaches the server as storage.googleapis.com
