@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -281,10 +282,14 @@ def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
     (owner,) = job["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Job", lease_name(job["metadata"]["name"]))
     assert len(two["trainer_pods"]) == 2, two["trainer_pods"]
-    # the step reports each node's log tail: both joined one 2-replica collective
+    # the step reports each node's log tail: both joined one 2-replica collective and ended
+    # with the same weights, bit for bit (each step applied the same all-reduced gradients)
+    digests = []
     for rank in (0, 1):
-        tail = two["log"].split(f"node-{rank} (")[1]
-        assert "(CollectiveAllReduceStrategy, 2 replicas)" in tail.split("log tail:")[1][:4000]
+        tail = two["log"].split(f"node-{rank} (")[1].split("log tail:")[1][:4000]
+        assert "(CollectiveAllReduceStrategy, 2 replicas)" in tail
+        digests.append(re.search(r"weights: ([0-9a-f]{64})", tail)[1])
+    assert digests[0] == digests[1], digests
     # and deleted it when training was done
     assert not _trainjobs(cluster, ns)
 
@@ -295,7 +300,10 @@ def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
     a1, a2 = _metrics(one)["test_accuracy"], _metrics(two)["test_accuracy"]
     print(f"test accuracy: one worker {a1:.3f}, two nodes {a2:.3f}")
     assert a1 > 0.9 and a2 > 0.9  # both learned (chance is 0.1)
-    assert abs(a1 - a2) <= 0.05, (a1, a2)
+    # one run's last-epoch test accuracy moves by several points from one sharding of the
+    # digits to the next (a constant learning rate to the end, ~180 test digits): agreement
+    # within that spread, not closer (the weights' digests above are the exact check)
+    assert abs(a1 - a2) <= 0.08, (a1, a2)
 
 
 def test_a_job_whose_nodes_cannot_be_scheduled_says_why(

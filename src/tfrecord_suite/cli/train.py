@@ -38,5 +38,7 @@ def train(as_json: bool, **values: Any) -> None:
             )
             + f"\nmodel: {m['model_dir']}\n  SavedModel: {m['export_dir']}"
             + f"\n  metrics: {storage.join(m['model_dir'], 'metrics.json')}"
+            # the same on every node of a synchronous run: its logs show the nodes agreed
+            + f"\n  weights: {m['weights_digest']}"
         ),
     )
