@@ -546,6 +546,7 @@ def test_the_compression_bench_writes_its_results(tmp_path):
     modes = results["modes"]
     assert set(modes) == {"AUTO", "None"}
     pixels = 224 * 224 * 3
+    assert modes["None"]["images_sent"] == modes["AUTO"]["images_sent"] > 0
     assert pixels <= modes["None"]["bytes_per_image"] <= 1.05 * pixels
     assert modes["AUTO"]["bytes_per_image"] < modes["None"]["bytes_per_image"]
     assert (tmp_path / "service-compression.md").read_text().startswith("# tf.data service")
