@@ -25,7 +25,7 @@ from typing import Any
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
 from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
-from tfrecord_suite.shard import convert, plan, sources
+from tfrecord_suite.shard import convert, plan, quiet, sources
 from tfrecord_suite.shard.runner import (
     check_paths_reach_runner,
     check_runner,
@@ -379,25 +379,6 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
     return job
 
 
-class _EmptyDeadLettersFilter(logging.Filter):
-    """Drops Beam's warning for a file sink with nothing to finalize.
-
-    The dead letters are written only when a row was bad (``skip_if_empty``), and no bad row is
-    the normal run, which must be quiet. The shards are not written by a Beam file sink, so no
-    other warning is lost.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("No shards found to finalize")
-
-
-def _quiet_empty_dead_letters() -> None:
-    """Install :class:`_EmptyDeadLettersFilter` on Beam's file-sink logger, once per process."""
-    sink_log = logging.getLogger("apache_beam.io.filebasedsink")
-    if not any(isinstance(f, _EmptyDeadLettersFilter) for f in sink_log.filters):
-        sink_log.addFilter(_EmptyDeadLettersFilter())
-
-
 def _run_pipeline(config: ShardConfig, job: _ShardJob) -> dict[str, Any]:
     """Build and run the Beam pipeline; its counters."""
     import apache_beam as beam
@@ -405,7 +386,7 @@ def _run_pipeline(config: ShardConfig, job: _ShardJob) -> dict[str, Any]:
 
     from tfrecord_suite.shard.transforms import ListInputs, ShardToTFRecords
 
-    _quiet_empty_dead_letters()
+    quiet.install()
     pipeline = beam.Pipeline(options=PipelineOptions(runner_args(config.beam_args)))
     _ = (
         pipeline
