@@ -42,6 +42,14 @@ def s3_env(env: dict[str, str]) -> contextlib.AbstractContextManager[None]:
     return storage.environment(env, unset=storage.S3_ENDPOINT_ENV)
 
 
+def unsized_reader(**fields: Any) -> Any:
+    """A ReaderConfig whose layout reads no file to size itself (blocks and windows given, no
+    shuffle): for checks of the layout on paths that do not exist."""
+    from tfrecord_suite.train.reader import ReaderConfig
+
+    return ReaderConfig(**{"block_length": 1, "parse_window": 8, "shuffle_buffer": 0, **fields})
+
+
 def write_csv(path: str, header: list[str], rows: list[list[object]]) -> str:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)

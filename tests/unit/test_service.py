@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from support import unsized_reader
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.train.reader import ReaderConfig
@@ -67,10 +68,8 @@ def test_staged_shards_are_refused_with_an_input_service():
     from tfrecord_suite.train.reader import make_dataset
 
     schema = Schema([Feature("x", "float32"), Feature("y", "int64")], label="y")
-    # blocks and windows given, no shuffle: the layout reads no file to size them
-    config = ReaderConfig(block_length=1, parse_window=8, shuffle_buffer=0)
     with pytest.raises(UserError, match=r"staged shards \(remote_read\) with an input service"):
-        make_dataset(["s3://b/a.tfrecord"], schema, config, service="grpc://d:5050")
-    staged_gs = ReaderConfig(block_length=1, parse_window=8, shuffle_buffer=0, remote_read="stage")
+        make_dataset(["s3://b/a.tfrecord"], schema, unsized_reader(), service="grpc://d:5050")
+    staged_gs = unsized_reader(remote_read="stage")
     with pytest.raises(UserError, match="cannot run the staging"):
         make_dataset(["gs://b/a.tfrecord"], schema, staged_gs, service="grpc://d:5050")

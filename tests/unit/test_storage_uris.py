@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from support import unsized_reader
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
@@ -58,13 +59,10 @@ def test_the_reader_stages_only_what_tensorflow_cannot_open():
 def test_epochs_run_into_each_other_only_where_the_shards_are_staged():
     """By default the file list repeats before the interleave where the stager can run on into
     the next epoch (s3://), and epochs stay apart where the shards are read in place."""
-    from tfrecord_suite.train.reader import ReaderConfig, _layout
+    from tfrecord_suite.train.reader import _layout
 
     def repeats_files(files, **fields):
-        # blocks and windows given, no shuffle: the layout reads no file to size them
-        config = ReaderConfig(
-            **{"repeat": True, **fields}, block_length=1, parse_window=8, shuffle_buffer=0
-        )
+        config = unsized_reader(**{"repeat": True, **fields})
         return _layout(files, config, None, "", True).repeat_files
 
     s3, gs, local = ["s3://b/a.tfrecord"], ["gs://b/a.tfrecord"], ["/d/a.tfrecord"]
