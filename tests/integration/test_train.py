@@ -39,7 +39,27 @@ def cli_train(ref, model_dir, *extra, env=None, timeout=300):
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _import_noise(proc.stderr) == []
     return json.loads(proc.stdout)
+
+
+def _import_noise(stderr: str) -> list[str]:
+    from tfrecord_suite.tf_import import NOISE
+
+    return [line for line in stderr.splitlines() if NOISE.fullmatch(line.encode())]
+
+
+def test_tensorflows_import_noise_is_dropped_where_the_entry_points_install_it():
+    """TensorFlow 2.21 prints four lines on import at any log level (what tf_import drops);
+    through tf_import.install (the CLI and the components' tasks call it) nothing is printed."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    plain = subprocess.run([sys.executable, "-c", "import tensorflow"], env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert len(_import_noise(plain.stderr)) == 4, plain.stderr
+    installed = "from tfrecord_suite import tf_import; tf_import.install(); import keras"
+    quiet = subprocess.run([sys.executable, "-c", installed], env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
 def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_path):

@@ -12,7 +12,7 @@ import os
 
 import click
 
-from tfrecord_suite import __version__
+from tfrecord_suite import __version__, tf_import
 from tfrecord_suite.cli.data_service import data_service
 from tfrecord_suite.cli.images import images_group
 from tfrecord_suite.cli.kfp import compile_, components_, release_files_, retrain, submit
@@ -38,6 +38,7 @@ def main(debug: bool, verbose: bool) -> None:
         # a normal run on Prism would print both lines
         logging.getLogger("apache_beam.utils.subprocess_server").setLevel(logging.ERROR)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf_import.install()  # the lines TensorFlow's import prints at any log level
 
 
 main.add_command(shard)

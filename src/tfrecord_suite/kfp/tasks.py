@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tfrecord_suite import images
+from tfrecord_suite import images, tf_import
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.io import storage
 from tfrecord_suite.kfp.mlmd import describe, log_metrics
@@ -41,6 +41,7 @@ def _setup_logging() -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    tf_import.install()  # the lines TensorFlow's import prints at any log level
 
 
 def running_image() -> str:
