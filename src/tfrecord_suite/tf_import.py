@@ -34,8 +34,12 @@ def native_stderr_without(noise: re.Pattern[bytes]) -> Iterator[None]:
     """File descriptor 2 into a temporary file meanwhile; then its lines but ``noise``'s back.
 
     What native code and Python write to stderr meanwhile appears when the block ends, in
-    order. Where descriptor 2 cannot be duplicated (closed), the block runs as it is.
+    order. Where descriptor 2 is closed (Python's ``sys.stderr`` is then None), the block runs
+    as it is.
     """
+    if sys.stderr is None:
+        yield
+        return
     sys.stderr.flush()
     try:
         saved = os.dup(2)
@@ -47,7 +51,8 @@ def native_stderr_without(noise: re.Pattern[bytes]) -> Iterator[None]:
         try:
             yield
         finally:
-            sys.stderr.flush()
+            if sys.stderr is not None:
+                sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)

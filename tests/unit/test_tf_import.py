@@ -74,3 +74,19 @@ def test_install_is_a_no_op_once_tensorflow_is_imported(stand_in):
         "print(sum('Quiet' in type(f).__name__ for f in sys.meta_path))"
     )
     assert _python(stand_in, code).stdout == "0\n"
+
+
+def test_a_process_without_stderr_imports_as_it_would_without_install(tmp_path):
+    """Started with descriptor 2 closed (``sys.stderr`` is None), nothing is held back."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text("VALUE = 42\n")
+    code = (
+        "import sys; assert sys.stderr is None; from tfrecord_suite import tf_import; "
+        "tf_import.install(); import tensorflow; print(tensorflow.VALUE)"
+    )
+    run = subprocess.run(
+        ["sh", "-c", 'exec "$0" -c "$1" 2>&-', sys.executable, code], stdout=subprocess.PIPE,
+        text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), SRC])},
+    )  # fmt: skip
+    assert run.returncode == 0 and run.stdout == "42\n"
