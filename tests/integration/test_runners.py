@@ -13,6 +13,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -102,20 +103,33 @@ def test_the_shard_step_writes_the_same_bytes_on_every_runner(
     assert got == expected
 
 
+def _shard_csv_through_the_cli(
+    tmp_path, csv: str, beam_args: list[str], *cli_flags: str
+) -> subprocess.CompletedProcess:
+    """``tfrecord-suite [cli_flags] shard`` of ``csv`` into two shards per split, into
+    ``tmp_path/out``, as a user types it."""
+    shard = ["shard", "--input", csv, "--output", str(tmp_path / "out"), "--num-shards", "2",
+             "--overwrite", "--", *beam_args]  # fmt: skip
+    return subprocess.run([*CLI, *cli_flags, *shard], capture_output=True, text=True, check=True)
+
+
+def _publish_cli_output(tmp_path) -> Any:
+    """What :func:`_shard_csv_through_the_cli` wrote, published: its manifest."""
+    return Registry(str(tmp_path / "registry")).publish(str(tmp_path / "out"), "csv").manifest
+
+
 def test_prism_runs_from_the_built_binary_through_the_cli(tmp_path, runner_inputs, in_process):
     """What a user types: ``--prism_location`` alone picks Prism, quietly; nothing is
     downloaded."""
     from realparts.runners import prism_binary
 
     prism = str(prism_binary())
-    out = tmp_path / "out"
-    shard = ["shard", "--input", runner_inputs["csv"], "--output", str(out), "--num-shards", "2",
-             "--overwrite", "--", f"--prism_location={prism}"]  # fmt: skip
-    quiet = subprocess.run([*CLI, *shard], capture_output=True, text=True, check=True)
+    beam_args = [f"--prism_location={prism}"]
+    quiet = _shard_csv_through_the_cli(tmp_path, runner_inputs["csv"], beam_args)
     assert quiet.stderr == "" and quiet.stdout.startswith("344 records (csv, 0 bad rows)")
-    manifest = Registry(str(tmp_path / "registry")).publish(str(out), "csv").manifest
+    manifest = _publish_cli_output(tmp_path)
     assert manifest.content_digest == in_process["csv"]["content_digest"]
-    verbose = subprocess.run([*CLI, "-v", *shard], capture_output=True, text=True, check=True)
+    verbose = _shard_csv_through_the_cli(tmp_path, runner_inputs["csv"], beam_args, "-v")
     assert f"running on the PrismRunner at {prism}" in verbose.stderr
     assert "Downloading prism" not in verbose.stderr and "Falling back" not in verbose.stderr
 
@@ -131,13 +145,10 @@ def test_job_server_jar_started_by_beam_itself(tmp_path, runner_inputs, in_proce
     jar = job_server_jar(runner)
     embedded = {"flink": f"--parallelism={PARALLELISM}",
                 "spark": f"--spark_master_url=local[{PARALLELISM}]"}  # fmt: skip
-    out = tmp_path / "out"
-    shard = ["shard", "--input", runner_inputs["csv"], "--output", str(out), "--num-shards", "2",
-             "--overwrite", "--", f"--runner={runner.title()}Runner",
-             f"--{runner}_job_server_jar={jar}", embedded[runner],
-             "--job_server_jvm_properties=-Xmx1g"]  # fmt: skip
-    run = subprocess.run([*CLI, *shard], capture_output=True, text=True, check=True)
+    beam_args = [f"--runner={runner.title()}Runner", f"--{runner}_job_server_jar={jar}",
+                 embedded[runner], "--job_server_jvm_properties=-Xmx1g"]  # fmt: skip
+    run = _shard_csv_through_the_cli(tmp_path, runner_inputs["csv"], beam_args)
     assert run.stderr == "" and run.stdout.startswith("344 records (csv, 0 bad rows)")
-    manifest = Registry(str(tmp_path / "registry")).publish(str(out), "csv").manifest
+    manifest = _publish_cli_output(tmp_path)
     assert manifest.content_digest == in_process["csv"]["content_digest"]
     assert manifest.records_digest == in_process["csv"]["records_digest"]
