@@ -85,6 +85,31 @@ def test_a_built_component_tells_its_step_its_image_and_a_task_setting_wins(tmp_
     assert out.stdout.strip() == env[IMAGE_ENV]
 
 
+def test_configure_keeps_the_image_set_a_component_was_built_for(tmp_path):
+    """configure(task, name) on a task of build(R, T) records R/...:T, and the train step's
+    launched pods start from R/...:T too (it put the default image back over it)."""
+    from kfp import compiler, dsl
+
+    from tfrecord_suite.components import build, configure
+    from tfrecord_suite.images import IMAGE_ENV
+
+    mine = build("localhost:5000/team", "t1")
+
+    @dsl.pipeline
+    def p(input_uri: str, registry_root: str, ref: str, digest: str):
+        configure(mine.shard(input_uri=input_uri, registry_root=registry_root,
+                             dataset_name="rows"), "shard")  # fmt: skip
+        configure(mine.train(dataset_ref=ref, dataset_digest=digest), "train")
+
+    compiler.Compiler().compile(p, str(tmp_path / "p.yaml"))
+    executors = _executors(tmp_path / "p.yaml")
+    for name, image in (("exec-shard", "tfrecord-suite:t1"), ("exec-train", "tfrecord-suite:t1")):
+        container = executors[name]["container"]
+        assert container["image"] == f"localhost:5000/team/{image}"
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env[IMAGE_ENV] == f"localhost:5000/team/{image}", name
+
+
 @pytest.mark.slow
 def test_a_step_of_a_built_component_records_the_image_it_was_built_for(tmp_path, penguins_csv):
     """The version step of build(R, T) writes R/tfrecord-suite:T into the manifest it publishes

@@ -155,6 +155,13 @@ class Deployment:
         self.images  # noqa: B018 - validates the registry and tag now, with a clear message
         parse_step_resources(self.step_resources)
 
+    @classmethod
+    def of_image(cls, image: str) -> Deployment:
+        """The default deployment on the image set ``image`` belongs to (the defaults' where it
+        is none of the suite's: a user's own image records itself, see ``running_images``)."""
+        found = ImageSet.find(image)
+        return cls(found.registry, found.tag) if found else cls()
+
     @property
     def images(self) -> ImageSet:
         """The image set this deployment names."""

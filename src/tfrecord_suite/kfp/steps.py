@@ -75,12 +75,16 @@ def configure(
     Display name, retries, caching (off where :data:`STEPS` says, or everywhere without
     ``deployment.caching``), the downward-API variables of :mod:`tfrecord_suite.podinfo`, CPU and
     memory requests and the image it records (``deployment``), and for ``train`` the placement
-    (accelerators, selectors, tolerations, ``/dev/shm``).
+    (accelerators, selectors, tolerations, ``/dev/shm``). Without ``deployment``, the images are
+    the set the task's own image belongs to (``build(R, T)``'s), so what the step records and
+    the pods it launches use the registry and tag the component was built for.
     """
     from kfp import kubernetes
 
     placement = placement or Placement()
-    deployment = deployment or Deployment()
+    deployment = deployment or Deployment.of_image(
+        task.component_spec.implementation.container.image
+    )
     policy = STEPS[name]
     task.set_display_name(policy.display_name)
     if policy.retries:
