@@ -31,7 +31,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
 
-from tfrecord_suite.cli.options import FLATTEN, attribute_docs  # noqa: E402
+from tfrecord_suite.flags import attribute_docs, nested  # noqa: E402
 from tfrecord_suite.kfp.catalog import folder, relative_folder  # noqa: E402
 from tfrecord_suite.kfp.components import COMPONENTS  # noqa: E402
 from tfrecord_suite.pipelines import PIPELINES, compiled_path, module  # noqa: E402
@@ -238,7 +238,7 @@ def configuration() -> None:
         rows = []
         for field in dataclasses.fields(cls):
             type_name = _type_name(hints[field.name])
-            if FLATTEN in field.metadata:
+            if nested(field) is not None:
                 rows.append([f"`{field.name}`", type_name, "see below",
                              "its fields are flags of their own (see below)"])  # fmt: skip
                 continue

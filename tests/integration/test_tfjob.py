@@ -18,7 +18,7 @@ from support import api_calls, kept, launch_as
 from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
 from realparts.local_operator import LocalOperator, node_program, wait_for
-from tfrecord_suite.cli import options
+from tfrecord_suite import flags
 from tfrecord_suite.io import storage
 from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobError, JobLauncher, job_name
 from tfrecord_suite.launch.placement import Placement
@@ -430,7 +430,7 @@ def test_trainer_args_round_trip_through_the_cli():
     orig = trainer.run_train
     trainer.run_train = fake_run
     try:
-        CliRunner().invoke(main, ["train", *options.to_args(cfg)], catch_exceptions=False)
+        CliRunner().invoke(main, ["train", *flags.to_args(cfg)], catch_exceptions=False)
     finally:
         trainer.run_train = orig
     assert seen["config"] == cfg

@@ -183,7 +183,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(tmp_path, monkey
 
 def test_train_flags_stay_flat_over_the_nested_reader_config():
     """TrainConfig nests ReaderConfig; the train command's flags are the same flat ones, and
-    build() puts them into the nested config (the round trip through to_args is in test_tfjob)."""
+    build() puts them into the nested config (the round trip through flags.to_args is in test_tfjob)."""
     from click.testing import CliRunner
 
     from tfrecord_suite.cli import options

@@ -59,3 +59,34 @@ def test_the_guard_would_catch_a_leak(tmp_path):
     """The check above can fail: a logic module that imports kfp is reported."""
     (tmp_path / "leaky_logic.py").write_text("import kfp.dsl\n")
     assert "kfp.dsl" in _kfp_after_importing(["leaky_logic"], str(tmp_path))
+
+
+def _suite_modules_after_importing(modules: list[str]) -> list[str]:
+    """The ``tfrecord_suite`` modules loaded once ``modules`` are imported, in a fresh
+    interpreter."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tfrecord_suite'))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_the_kfp_side_and_the_launcher_never_import_the_command_line():
+    """The launcher writes a config's flags with tfrecord_suite.flags, not the CLI's click code;
+    kfp/ and launch/ (the train step's job, lease and data service included) load no cli module,
+    and the same check sees the cli when a module does load it."""
+    modules = [
+        info.name
+        for info in pkgutil.walk_packages(tfrecord_suite.__path__, "tfrecord_suite.")
+        if info.name.startswith(("tfrecord_suite.kfp", "tfrecord_suite.launch"))
+    ]
+    assert "tfrecord_suite.launch.train_step" in modules and "tfrecord_suite.kfp.tasks" in modules
+    loaded = _suite_modules_after_importing(modules)
+    assert [m for m in loaded if m.startswith("tfrecord_suite.cli")] == []
+    assert "tfrecord_suite.cli.options" in _suite_modules_after_importing(
+        ["tfrecord_suite.cli.train"]
+    )

@@ -1,13 +1,13 @@
 """Click options generated from a config dataclass, so CLI flags map one-to-one onto its fields.
 
-Each field ``foo_bar`` becomes ``--foo-bar`` with the field's type, default and the help text from
-the dataclass's ``Attributes:`` docstring section; booleans become ``--foo/--no-foo``.
+The flags are :mod:`tfrecord_suite.flags`': ``foo_bar`` becomes ``--foo-bar`` with the field's
+type, default and the help text from the dataclass's ``Attributes:`` docstring section; booleans
+become ``--foo/--no-foo``; a nested config's fields are flags of their own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -15,31 +15,7 @@ from typing import Any
 
 import click
 
-
-def attribute_docs(cls: type) -> dict[str, str]:
-    """``{field: description}`` from a Google-style ``Attributes:`` docstring section."""
-    doc = cls.__doc__ or ""
-    docs: dict[str, str] = {}
-    section = doc.split("Attributes:", 1)
-    if len(section) < 2:
-        return docs
-    current = None
-    for line in section[1].splitlines():
-        m = re.match(r"^\s{4,8}(\w+):\s*(.*)$", line)
-        if m:
-            current = m[1]
-            docs[current] = m[2].strip()
-        elif current and line.strip():
-            docs[current] += " " + line.strip()
-        elif not line.strip() and current:
-            current = None
-    return {k: _plain(v) for k, v in docs.items()}
-
-
-def _plain(text: str) -> str:
-    """Docstring markup to terminal text: ``:data:`~a.b.C``` -> ``C``, double backticks dropped."""
-    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"\1", text)
-    return text.replace("``", "")
+from tfrecord_suite import flags
 
 
 class _Size(click.ParamType):
@@ -68,41 +44,28 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-#: Field metadata key: a nested config dataclass whose fields become flat flags of the outer
-#: command; its value names the nested fields that get no flag (the outer config sets them).
-FLATTEN = "cli_flatten_except"
-
-
-def _flattened(field: dataclasses.Field) -> tuple[type, tuple[str, ...]] | None:
-    """``(nested class, its fields without a flag)`` for a flattened field, else None."""
-    if FLATTEN not in field.metadata:
-        return None
-    return field.default_factory, tuple(field.metadata[FLATTEN])
-
-
 def dataclass_options(
     cls: type, exclude: Sequence[str] = (), required: Sequence[str] = ()
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a click command with one option per dataclass field.
 
-    A field marked with :data:`FLATTEN` metadata (a nested config) contributes one option per
-    field of its own, as if they were the outer class's.
+    A field holding a config of its own (:func:`tfrecord_suite.flags.nested`) contributes one
+    option per flagged field of that config, as if they were the outer class's.
     """
     hints = typing.get_type_hints(cls)
-    docs = attribute_docs(cls)
+    docs = flags.attribute_docs(cls)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for field in reversed(dataclasses.fields(cls)):
             if field.name in exclude:
                 continue
-            nested = _flattened(field)
+            nested = flags.nested(field)
             if nested is not None:
                 fn = dataclass_options(nested[0], exclude=nested[1])(fn)
                 continue
             tp, optional = _unwrap_optional(hints[field.name])
-            flag = "--" + field.name.replace("_", "-")
-            # earlier names of a renamed field, so existing scripts keep working
-            aliases = tuple(field.metadata.get("cli_aliases", ()))
+            flag = flags.flag(field.name)
+            aliases = tuple(field.metadata.get(flags.ALIASES, ()))
             default = None if field.default is dataclasses.MISSING else field.default
             kwargs: dict[str, Any] = {"help": docs.get(field.name, ""), "show_default": True}
             if field.name in required or (
@@ -129,42 +92,14 @@ def dataclass_options(
 def build(cls: type, values: dict[str, Any], **extra: Any) -> Any:
     """Instantiate ``cls`` from parsed CLI values (ignoring keys that are not fields).
 
-    Flattened nested configs are built from the values of their own fields.
+    Nested configs are built from the values of their own fields.
     """
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
-        nested = _flattened(field)
+        nested = flags.nested(field)
         if nested is not None:
             inner = {f.name for f in dataclasses.fields(nested[0])} - set(nested[1])
             kwargs[field.name] = nested[0](**{k: v for k, v in values.items() if k in inner})
         elif field.name in values:
             kwargs[field.name] = values[field.name]
     return cls(**kwargs, **extra)
-
-
-def to_args(obj: Any, skip: Sequence[str] = ()) -> list[str]:
-    """The CLI flags that :func:`dataclass_options` would parse back into ``obj``.
-
-    Only fields that differ from their default are written; ``None`` values are left out, and
-    so are the fields named in ``skip`` (a flattened config's fields that get no flag).
-    """
-    args: list[str] = []
-    for field in dataclasses.fields(obj):
-        if field.name in skip:
-            continue
-        value = getattr(obj, field.name)
-        nested = _flattened(field)
-        if nested is not None:
-            args += to_args(value, skip=nested[1])
-            continue
-        default = None if field.default is dataclasses.MISSING else field.default
-        if value is None or (field.default is not dataclasses.MISSING and value == default):
-            continue
-        flag = "--" + field.name.replace("_", "-")
-        if isinstance(value, bool):
-            args.append(flag if value else f"--no-{flag[2:]}")
-        elif isinstance(value, tuple):
-            args += [flag, "x".join(str(v) for v in value)]
-        else:
-            args += [flag, str(value)]
-    return args

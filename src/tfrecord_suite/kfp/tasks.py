@@ -360,6 +360,7 @@ def train_task(
     pods get the Secrets the pipeline was compiled with (``--storage-secret``,
     ``--image-pull-secrets``: :mod:`tfrecord_suite.launch.credentials`).
     """
+    from tfrecord_suite.launch.train_step import cluster_input_service, launching, train_in_job
     from tfrecord_suite.train.trainer import TrainConfig
 
     _setup_logging()
@@ -378,131 +379,22 @@ def train_task(
     )
     where = _placement(placement, launcher)
     with contextlib.ExitStack() as stack:
-        launch = stack.enter_context(
-            _launching(config, workers, where, model.uri, data_service_image)
-        )
-        config = stack.enter_context(_cluster_input_service(config, launch))
+        with _final_on_bad_input("train"):  # refused before anything is created
+            launch = stack.enter_context(
+                launching(config, workers, where, model.uri,
+                          data_service_image or running_images().component)
+            )  # fmt: skip
+        config = stack.enter_context(cluster_input_service(config, launch))
         if launch is None or not launch.kinds:
             from tfrecord_suite.train.trainer import run_train
 
             with _final_on_bad_input("train"):  # a bad feature config or model function
                 result = run_train(config)
         else:
-            result = _train_in_job(config, workers, where, launch, trainer_image,
-                                   keep_failed_tfjob)  # fmt: skip
+            image = trainer_image or running_images().trainer(where.accelerator_resource)
+            result = train_in_job(config, workers, where, launch, image, keep_failed_tfjob)
             _copy_model_outputs(result.model_dir, model.path)
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
-
-
-@dataclasses.dataclass
-class _Launch:
-    """What the train step creates on Kubernetes with: the API, the run, its lease, its Secrets.
-
-    Attributes:
-        api: The Kubernetes ``ApiClient``.
-        run_key: Names the run's objects (the pipeline run's id, or the model artifact's URI).
-        pod: The step's own pod.
-        lease: The lease every object created names as owner (None: the step's pod owns them).
-        credentials: The Secrets every pod created gets.
-        kinds: The job kinds to try, in order (empty: training runs in the step's pod).
-        image: The image of the run's tf.data service (and of the lease's template).
-
-    """
-
-    api: Any
-    run_key: str
-    pod: PodInfo
-    lease: Any
-    credentials: Any
-    kinds: list[Any]
-    image: str
-
-    def owner(self) -> dict[str, str] | None:
-        """The ``ownerReference`` of what the step creates."""
-        return self.lease.owner_reference() if self.lease else self.pod.owner_reference()
-
-
-@contextlib.contextmanager
-def _launching(
-    config: Any, workers: int, where: Any, fallback_key: str, image: str
-) -> Iterator[_Launch | None]:
-    """The API and a lease (:mod:`~tfrecord_suite.launch.lease`) when the step creates objects.
-
-    None when it trains in its own pod and starts no service. The lease is named after the run
-    (``fallback_key`` where the pod does not know its run), owned by the step's pod, renewed
-    while this block runs and deleted after it; a retried step adopts a live one. A job kept
-    on failure (``keep_failed_tfjob``) is owned by the step's pod instead, so it outlives the
-    lease.
-    """
-    from tfrecord_suite.launch.credentials import Credentials
-    from tfrecord_suite.launch.discovery import choose_launchers
-    from tfrecord_suite.launch.job import job_name, kubernetes_client
-    from tfrecord_suite.launch.lease import Lease, lease_name
-    from tfrecord_suite.train.service import InputService
-
-    with _final_on_bad_input("train"):
-        wanted = InputService.parse(config.input_service)
-    job = workers > 1 or where.launch_job
-    service = wanted.cluster_workers if wanted else 0
-    if not (job or service):
-        yield None
-        return
-    if service:
-        from tfrecord_suite.registry.datasets import resolve_dataset
-        from tfrecord_suite.train.service import check_files_per_worker
-
-        with _final_on_bad_input("train"):  # before anything is created
-            manifest, _ = resolve_dataset(config.dataset)
-            train_files = sum(1 for s in manifest.shards if s["split"] == "train")
-            check_files_per_worker(wanted, train_files, workers)
-    pod = PodInfo.from_env()
-    run_key = pod.run_id or fallback_key
-    with _final_on_bad_input("train"):  # no Kubernetes API, no job API: a retry will not help
-        api = kubernetes_client()
-        kinds = choose_launchers(where.launcher, api) if job else []
-    image = image or running_images().component
-    launch = _Launch(api, run_key, pod, None, Credentials.from_env(), kinds, image)
-    lease = Lease(
-        api,
-        lease_name(job_name(run_key)),
-        image,
-        run_id=run_key,
-        owner=pod.owner_reference(),
-    )
-    with lease:
-        launch.lease = lease
-        yield launch
-
-
-@contextlib.contextmanager
-def _cluster_input_service(config: Any, launch: _Launch | None) -> Iterator[Any]:
-    """``config``, its ``cluster:N`` input service started as pods and named by its address.
-
-    The service is named after the run, so a retried step adopts its own; it runs as the
-    step's account, owned by the step's lease, with the step's Secrets.
-    """
-    from tfrecord_suite.train.service import InputService
-
-    with _final_on_bad_input("train"):
-        wanted = InputService.parse(config.input_service)
-    if wanted is None or not wanted.cluster_workers:
-        yield config
-        return
-    from tfrecord_suite.launch.data_service import DataServiceLauncher
-    from tfrecord_suite.launch.job import job_name
-
-    assert launch is not None  # _launching made one for the service (and checked the files)
-    with DataServiceLauncher(launch.api).running(
-        f"{job_name(launch.run_key)}-data",
-        wanted.cluster_workers,
-        launch.image,
-        run_id=launch.run_key,
-        service_account=launch.pod.service_account,
-        owner=launch.owner(),
-        credentials=launch.credentials,
-    ) as address:
-        _LOG.info("training input through the run's tf.data service at %s", address)
-        yield dataclasses.replace(config, input_service=address)
 
 
 def _check_train_inputs(dataset_ref: str, dataset_digest: str, workers: int) -> None:
@@ -532,55 +424,6 @@ def _placement(text: str, launcher: str = "") -> Any:
         with _final_on_bad_input("train"):
             where = dataclasses.replace(where, launcher=launcher)
     return where
-
-
-def _train_in_job(
-    config: Any,
-    workers: int,
-    where: Any,
-    launch: _Launch,
-    trainer_image: str,
-    keep_failed: bool,
-) -> Any:
-    """Train in a TrainJob or TFJob whose chief writes under the registry; return its metrics.
-
-    The job is named after the pipeline run, so a retried step adopts its own job; it runs as
-    the step's own service account with the step's Secrets, owned by the step's lease (by its
-    pod when ``keep_failed``: a kept job must outlive the lease).
-    """
-    from tfrecord_suite.cli import options
-    from tfrecord_suite.launch.job import JobConfig, JobLauncher, JobRejected, job_name
-    from tfrecord_suite.registry.refs import DatasetRef
-    from tfrecord_suite.train.metrics import TrainMetrics
-
-    name = job_name(launch.run_key)
-    shared = storage.join(DatasetRef.parse(config.dataset).root, "_runs", name, "model")
-    config = dataclasses.replace(config, model_dir=shared)
-    config.validate()
-    if config.strategy == "auto" and workers > 1:
-        config.strategy = "multi_worker"
-    kinds = launch.kinds
-    job = JobConfig(
-        name=name,
-        image=trainer_image or running_images().trainer(where.accelerator_resource),
-        trainer_args=options.to_args(config),
-        workers=workers,
-        placement=where,
-        run_id=launch.run_key,
-        service_account=launch.pod.service_account,
-        owner=launch.pod.owner_reference() if keep_failed else launch.owner(),
-        credentials=launch.credentials,
-        keep_on_failure=keep_failed,
-    )
-    for kind, fallback in zip(kinds, [*kinds[1:], None], strict=True):
-        try:
-            JobLauncher(kind, launch.api).run(job)
-            break
-        except JobRejected as exc:
-            if fallback is None:
-                raise
-            _LOG.warning("%s; launching a %s instead", exc, fallback.kind)
-    return TrainMetrics.load(shared)
 
 
 #: What Kubeflow keeps of a distributed job's model folder: the SavedModel, metrics and reports (the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tfrecord_suite import flags
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.images import GPU_RESOURCE, TPU_RESOURCE, ImageSet
 
@@ -85,7 +86,7 @@ class Placement:
     memory_limit: str = ""
     cpu_request: str = ""
     memory_request: str = ""
-    launch_job: bool = dataclasses.field(default=False, metadata={"cli_aliases": ("--tfjob",)})
+    launch_job: bool = dataclasses.field(default=False, metadata={flags.ALIASES: ("--tfjob",)})
     launcher: str = "auto"
     priority_class: str = ""
 

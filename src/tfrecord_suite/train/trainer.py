@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from tfrecord_suite import flags
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import storage
 from tfrecord_suite.registry.datasets import resolve_dataset, shard_uri, shard_uris
@@ -95,9 +96,9 @@ class TrainConfig:
     seed: int = 42
     reader: ReaderConfig = dataclasses.field(
         default_factory=ReaderConfig,
-        # flat flags for its fields, except those set per input pipeline (cli.options.FLATTEN)
+        # flags of their own for its fields, except those set per input pipeline
         metadata={
-            "cli_flatten_except": (
+            flags.UNFLAGGED: (
                 "batch_size",
                 "seed",
                 "repeat",
