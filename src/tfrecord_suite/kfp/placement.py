@@ -147,9 +147,7 @@ class Deployment:
     image_tag: str = DEFAULT_TAG
     step_resources: str = ""
     caching: bool = True
-    credentials: Credentials = dataclasses.field(
-        default_factory=Credentials, metadata={"cli_flatten_except": ()}
-    )
+    credentials: Credentials = dataclasses.field(default_factory=Credentials)
 
     def __post_init__(self) -> None:
         self.images  # noqa: B018 - validates the registry and tag now, with a clear message
