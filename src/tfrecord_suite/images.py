@@ -20,6 +20,10 @@ DEFAULT_TAG = __version__
 #: pipeline, read by the steps so the manifests they write name the image that produced them).
 IMAGE_ENV = "TFRECORD_SUITE_IMAGE"
 
+#: The user the suite's images run as (their Dockerfiles' USER; not root, so every pod of ours
+#: can run where Pod Security ``restricted`` is enforced)
+IMAGE_UID = 10001
+
 GPU_RESOURCE = "nvidia.com/gpu"
 TPU_RESOURCE = "google.com/tpu"
 
@@ -32,6 +36,8 @@ _HOST = (
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REGISTRY_RE = re.compile(rf"^(?:{_HOST}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
 _TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
+# a digest: algorithm ":" encoded (the OCI image spec's descriptor grammar), sha256 in practice
+_DIGEST_RE = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$")
 
 #: image key -> (repository name under the registry, Dockerfile relative to the repository root)
 IMAGE_FILES = {
@@ -54,11 +60,15 @@ class ImageSet:
         registry: Registry and path the images live under, e.g. ``europe-docker.pkg.dev/p/repo``
             or ``localhost:5000/team``.
         tag: The tag every image carries.
+        digests: ``(image key, digest)`` of the images pinned by digest, e.g.
+            ``(("component", "sha256:..."),)``: their references are ``NAME:TAG@DIGEST``, which
+            a container runtime pulls by the digest (k8s/images may pin them so).
 
     """
 
     registry: str = DEFAULT_REGISTRY
     tag: str = DEFAULT_TAG
+    digests: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         registry = self.registry.rstrip("/")
@@ -73,10 +83,23 @@ class ImageSet:
                 f"--image-tag {self.tag!r} is not a valid image tag: up to 128 letters, digits, "
                 "'_', '.' and '-', not starting with '.' or '-'"
             )
+        object.__setattr__(self, "digests", tuple(sorted(dict(self.digests).items())))
+        for key, digest in self.digests:
+            if key not in IMAGE_FILES:
+                raise ImageReferenceError(
+                    f"image digest for {key!r}: not one of the images ({', '.join(IMAGE_FILES)})"
+                )
+            if not _DIGEST_RE.match(digest):
+                raise ImageReferenceError(
+                    f"image digest {digest!r} of {key}: write ALGORITHM:HEX, e.g. sha256: and "
+                    "64 hexadecimal digits"
+                )
 
     def image(self, key: str) -> str:
         """The full reference of the image ``key`` (a key of :data:`IMAGE_FILES`)."""
-        return f"{self.registry}/{IMAGE_FILES[key][0]}:{self.tag}"
+        digest = dict(self.digests).get(key)
+        pinned = f"@{digest}" if digest else ""
+        return f"{self.registry}/{IMAGE_FILES[key][0]}:{self.tag}{pinned}"
 
     @property
     def component(self) -> str:
@@ -120,21 +143,29 @@ class ImageSet:
         """The set one of its images belongs to: ``REGISTRY/tfrecord-suite[-gpu...]:TAG``.
 
         The retraining CronJob passes its own image, so that the pipeline it compiles runs the
-        build ``k8s/images`` deploys.
+        build ``k8s/images`` deploys. An image pinned by digest (``NAME:TAG@DIGEST``, or
+        ``NAME@DIGEST``, whose tag is then the package version's) keeps its digest; the set's
+        other images go by the tag.
 
         Raises:
-            ImageReferenceError: Not ``REGISTRY/NAME:TAG`` with NAME one of the suite's images.
+            ImageReferenceError: Not ``REGISTRY/NAME[:TAG][@DIGEST]`` with NAME one of the
+                suite's images and a tag or a digest.
 
         """
-        name, _, tag = reference.rpartition(":")
+        named, _, digest = reference.partition("@")
+        name, _, tag = named.rpartition(":")
+        if not name or "/" in tag:  # no tag: the colon, if any, was the registry's port
+            name, tag = named, ""
         registry, _, repository = name.rpartition("/")
-        known = {repo for repo, _ in IMAGE_FILES.values()}
-        if not (registry and tag and "/" not in tag and repository in known):
+        keys = {repo: key for key, (repo, _) in IMAGE_FILES.items()}
+        if not (registry and (tag or digest) and repository in keys):
             raise ImageReferenceError(
-                f"image {reference!r} is not one of the suite's images: write REGISTRY/NAME:TAG "
-                f"with NAME one of {', '.join(sorted(known))}"
+                f"image {reference!r} is not one of the suite's images: write "
+                f"REGISTRY/NAME:TAG or REGISTRY/NAME:TAG@DIGEST with NAME one of "
+                f"{', '.join(sorted(keys))}"
             )
-        return cls(registry, tag)
+        digests = ((keys[repository], digest),) if digest else ()
+        return cls(registry, tag or DEFAULT_TAG, digests)
 
     @classmethod
     def from_kustomization(cls, path: str) -> ImageSet:
@@ -157,10 +188,11 @@ class ImageSet:
         with open(path) as fh:
             doc = yaml.safe_load(fh) or {}
         found = set()
+        digests = {}
         for entry in doc.get("images") or []:
-            default = next((d for d in DEFAULT_IMAGES.table().values()
-                            if d[0].rpartition(":")[0] == entry.get("name")), None)  # fmt: skip
-            if default is None:
+            key = next((k for k, (repo, _) in IMAGE_FILES.items()
+                        if f"{DEFAULT_REGISTRY}/{repo}" == entry.get("name")), None)  # fmt: skip
+            if key is None:
                 continue
             repository = entry["name"].rpartition("/")[2]
             new_name = entry.get("newName", entry["name"])
@@ -169,13 +201,16 @@ class ImageSet:
                     f"{path}: {entry['name']} is renamed to {new_name}: keep the image's name "
                     "and change only the registry before it"
                 )
-            found.add(cls(new_name[: -len(repository) - 1], str(entry.get("newTag", DEFAULT_TAG))))
+            found.add((new_name[: -len(repository) - 1], str(entry.get("newTag", DEFAULT_TAG))))
+            if entry.get("digest"):
+                digests[key] = str(entry["digest"])
         if len(found) != 1:
             raise ImageReferenceError(
                 f"{path}: expected every image of the suite rewritten to one registry and tag, "
-                f"found {sorted((s.registry, s.tag) for s in found) or 'none'}"
+                f"found {sorted(found) or 'none'}"
             )
-        return found.pop()
+        registry, tag = found.pop()
+        return cls(registry, tag, tuple(digests.items()))
 
 
 DEFAULT_IMAGES = ImageSet()

@@ -155,8 +155,10 @@ class Deployment:
 
     @classmethod
     def of_image(cls, image: str) -> Deployment:
-        """The default deployment on the image set ``image`` belongs to (the defaults' where it
-        is none of the suite's: a user's own image records itself, see ``running_images``)."""
+        """The default deployment on the image set ``image`` belongs to.
+
+        The defaults' where it is none of the suite's (a user's own image).
+        """
         found = ImageSet.find(image)
         return cls(found.registry, found.tag) if found else cls()
 

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from tfrecord_suite import podinfo
+from tfrecord_suite.images import IMAGE_UID
 from tfrecord_suite.kfp.components import Components, build_components
 from tfrecord_suite.kfp.placement import Deployment, apply_placement
 from tfrecord_suite.launch.job import TRAINER_LABELS
@@ -74,10 +75,11 @@ def configure(
 
     Display name, retries, caching (off where :data:`STEPS` says, or everywhere without
     ``deployment.caching``), the downward-API variables of :mod:`tfrecord_suite.podinfo`, CPU and
-    memory requests and the image it records (``deployment``), and for ``train`` the placement
-    (accelerators, selectors, tolerations, ``/dev/shm``). Without ``deployment``, the images are
-    the set the task's own image belongs to (``build(R, T)``'s), so what the step records and
-    the pods it launches use the registry and tag the component was built for.
+    memory requests and the image it records (``deployment``), the images' non-root user (so the
+    step's pod is admitted where Pod Security ``restricted`` is enforced), and for ``train`` the
+    placement (accelerators, selectors, tolerations, ``/dev/shm``). Without ``deployment``, the
+    images are the set the task's own image belongs to (``build(R, T)``'s), so what the step
+    records and the pods it launches use the registry and tag the component was built for.
     """
     from kfp import kubernetes
 
@@ -92,6 +94,9 @@ def configure(
                        backoff_factor=2)  # fmt: skip
     if not (policy.cache and deployment.caching):
         task.set_caching_options(False)
+    # Kubeflow's executor pods declare no user of their own: without these a profile namespace
+    # that enforces Pod Security `restricted` refuses them (runAsNonRoot unset)
+    kubernetes.set_security_context(task, run_as_user=IMAGE_UID, run_as_non_root=True)
     if policy.pod_info:
         for env, field_path in podinfo.FIELDS.items():
             kubernetes.use_field_path_as_env(task, env, field_path)
