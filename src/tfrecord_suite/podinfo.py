@@ -23,9 +23,11 @@ from __future__ import annotations
 import dataclasses
 import os
 
+#: The label the KFP API server puts on every pod of a run, with the run's id as its value.
+RUN_ID_LABEL = "pipeline/runid"
 #: ``env var -> downward API field path``; the one table the pipeline compiles from.
 FIELDS = {
-    "TFRS_RUN_ID": "metadata.labels['pipeline/runid']",
+    "TFRS_RUN_ID": f"metadata.labels['{RUN_ID_LABEL}']",
     "TFRS_POD_NAME": "metadata.name",
     "TFRS_POD_UID": "metadata.uid",
     "TFRS_SERVICE_ACCOUNT": "spec.serviceAccountName",

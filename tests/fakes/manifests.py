@@ -118,3 +118,153 @@ def expand(text: str, env: dict[str, str]) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
+
+
+# ------------------------------------------------------------ everything the suite puts on a cluster
+
+
+def kustomizations(kind: str = "Kustomization") -> list[str]:
+    """The folders under k8s/ (relative) whose kustomization.yaml is of ``kind``: the targets a
+    user applies (``Kustomization``, the default kind), or the components they add
+    (``Component``)."""
+    found = []
+    for folder, _, files in sorted(os.walk(K8S)):
+        if "kustomization.yaml" in files:
+            rel = os.path.relpath(folder, K8S)
+            (doc,) = load(os.path.join(rel, "kustomization.yaml"))
+            if doc.get("kind", "Kustomization") == kind:
+                found.append(rel)
+    return found
+
+
+def render_with_every_component(workdir: str) -> list[dict[str, Any]]:
+    """A profile's overlay and the cluster's objects with every opt-in component added (the
+    priority opt-in, each credentials component): a copy of k8s/ under ``workdir``, and a
+    kustomization beside the others that adds them all."""
+    copy_dir = os.path.join(workdir, "k8s")
+    shutil.copytree(K8S, copy_dir)
+    everything = os.path.join(copy_dir, "every-component")
+    os.makedirs(everything)
+    with open(os.path.join(everything, "kustomization.yaml"), "w") as fh:
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../overlays/multi-user", "../cluster"],
+                # k8s/images is in every target already
+                "components": [f"../{c}" for c in kustomizations("Component") if c != "images"],
+            },
+            fh,
+        )
+    return render_dir(everything)
+
+
+def launched_objects() -> list[dict[str, Any]]:
+    """Every object the train step's launcher creates, as it renders them for a run that uses
+    every option: a TrainJob and a TFJob of three GPU nodes with a priority class, a storage
+    Secret of each kind and a pull Secret; the run's tf.data service; the step's lease."""
+    from tfrecord_suite import images
+    from tfrecord_suite.launch import data_service
+    from tfrecord_suite.launch.credentials import Credentials
+    from tfrecord_suite.launch.job import JobConfig, run_trainers
+    from tfrecord_suite.launch.lease import Lease
+    from tfrecord_suite.launch.placement import Placement
+    from tfrecord_suite.launch.tfjob import render_tfjob
+    from tfrecord_suite.launch.trainjob import render_trainjob
+
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "tfrs-train-x-lease", "uid": "u"}
+    placement = Placement(accelerator_type="nvidia-l4", accelerator_count=2,
+                          priority_class="tfrecord-suite-gpu-training")  # fmt: skip
+    made = []
+    for storage_type in ("gcs-key", "s3-keys"):
+        credentials = Credentials("storage", storage_type, "regcred")
+        job = JobConfig(name=f"tfrs-train-{storage_type}", image=images.trainer_image(
+            "nvidia.com/gpu"), trainer_args=["--dataset", "gs://b/r/d@1.0.0"], workers=3,
+            namespace="ns", placement=placement, service_account="default-editor",
+            run_id="run-1", owner=owner, credentials=credentials)  # fmt: skip
+        made += [render_trainjob(job), render_tfjob(job)]
+    made += data_service.objects(
+        "tfrs-train-x-data", 2, images.COMPONENT_IMAGE, service_account="default-editor",
+        labels={"tfrecord-suite/run": "run-1"}, owner=owner,
+        credentials=Credentials("storage", "gcs-key", "regcred"),
+        clients=run_trainers("run-1", "run-1"),
+    )  # fmt: skip
+    lease = Lease(object(), "tfrs-train-x-lease", images.COMPONENT_IMAGE, namespace="ns",
+                  run_id="run-1", owner={"apiVersion": "v1", "kind": "Pod", "name": "step",
+                                         "uid": "p"})  # fmt: skip
+    made.append(lease.body())
+    return made
+
+
+def _merge_named(base: list[Any], patch: list[Any]) -> list[Any]:
+    """Lists of named objects (containers, volumes, env) merged by name; others replaced."""
+    if not all(isinstance(x, dict) and "name" in x for x in [*base, *patch]):
+        return copy.deepcopy(patch)
+    out = {x["name"]: copy.deepcopy(x) for x in base}
+    for item in patch:
+        out[item["name"]] = _merge(out.get(item["name"], {}), item)
+    return list(out.values())
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    if isinstance(base, dict) and isinstance(patch, dict):
+        out = copy.deepcopy(base)
+        for key, value in patch.items():
+            out[key] = _merge(base.get(key), value) if key in base else copy.deepcopy(value)
+        return out
+    if isinstance(base, list) and isinstance(patch, list):
+        return _merge_named(base, patch)
+    return copy.deepcopy(patch)
+
+
+def trainjob_node_pod(trainjob: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
+    """The pod template of a TrainJob's nodes: its runtime's, with the TrainJob's runtime patch
+    merged in (named list items by name) and its trainer's image, command, arguments,
+    environment and resources on the trainer container, as Kubeflow Trainer makes it. A
+    restatement for checking what the pods would be; the one-node cluster runs the real one."""
+    from tfrecord_suite.launch.trainjob import NODE
+
+    (job,) = [j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+              if j["name"] == NODE]  # fmt: skip
+    pod = copy.deepcopy(job["template"]["spec"]["template"])
+    for patch in trainjob["spec"].get("runtimePatches", []):
+        for replicated in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            if replicated["name"] == NODE:
+                pod = _merge(pod, replicated["template"]["spec"]["template"])
+    trainer = trainjob["spec"]["trainer"]
+    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == NODE]
+    container.update({k: trainer[k] for k in ("image", "command", "args") if k in trainer})
+    container["env"] = _merge_named(container.get("env", []), trainer.get("env", []))
+    container["resources"] = trainer.get("resourcesPerNode", {})
+    return pod
+
+
+def pod_templates(docs: list[dict[str, Any]], runtime: dict[str, Any] | None = None
+                  ) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """``"Kind/name[/replica]" -> pod template`` (``metadata`` and ``spec``) of every object
+    in ``docs`` that makes pods: workloads (a StatefulSet's claim templates become its pod's
+    volumes), the lease Job, CronJobs, TFJob replicas, the runtime's nodes, and a TrainJob's
+    nodes (on ``runtime``, the ClusterTrainingRuntime it names)."""
+    out = {}
+    for doc in docs:
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        spec = doc.get("spec") or {}
+        if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
+            template = copy.deepcopy(spec["template"])
+            for claim in spec.get("volumeClaimTemplates", []):
+                claim_name = claim["metadata"]["name"]
+                template["spec"].setdefault("volumes", []).append(
+                    {"name": claim_name,
+                     "persistentVolumeClaim": {"claimName": f"{claim_name}-{name}-0"}})  # fmt: skip
+            out[f"{kind}/{name}"] = template
+        elif kind == "CronJob":
+            out[f"{kind}/{name}"] = spec["jobTemplate"]["spec"]["template"]
+        elif kind == "TFJob":
+            for replica, replica_spec in spec["tfReplicaSpecs"].items():
+                out[f"{kind}/{name}/{replica}"] = replica_spec["template"]
+        elif kind == "ClusterTrainingRuntime":
+            for job in spec["template"]["spec"]["replicatedJobs"]:
+                out[f"{kind}/{name}/{job['name']}"] = job["template"]["spec"]["template"]
+        elif kind == "TrainJob" and runtime is not None:
+            out[f"{kind}/{name}"] = trainjob_node_pod(doc, runtime)
+    return out

@@ -113,9 +113,14 @@ def test_retrain_submits_only_when_the_input_changed(tmp_path):
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def _edited_k8s(tmp_path, bucket):
+#: A digest k8s/images may pin the component image by (kustomize renders NAME:TAG@DIGEST).
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def _edited_k8s(tmp_path, bucket, digest=""):
     """A copy of k8s/ with every value a user sets for retraining changed in its one place:
-    the registry and tag in k8s/images, the rest in k8s/base/retrain.yaml."""
+    the registry and tag (and the component image's ``digest``, if given) in k8s/images, the
+    rest in k8s/base/retrain.yaml."""
     import yaml
 
     copy = tmp_path / "repo" / "k8s"
@@ -125,6 +130,8 @@ def _edited_k8s(tmp_path, bucket):
     for image in images["images"]:
         image["newName"] = image["name"].replace("ghcr.io/tfrecord-suite", "eu.gcr.io/acme/ml")
         image["newTag"] = "2026.11"
+        if digest and image["name"].endswith("/tfrecord-suite"):
+            image["digest"] = digest
     component.write_text(yaml.safe_dump(images))
     settings_file = copy / "base" / "retrain.yaml"
     settings = yaml.safe_load(settings_file.read_text())
@@ -165,14 +172,17 @@ def _check_upload(upload, platform):
 
 @pytest.mark.gcs
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
+@pytest.mark.parametrize("digest", ["", DIGEST], ids=["by tag", "pinned by digest"])
 def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say(
-    tmp_path, gcs_bucket, monkeypatch
+    tmp_path, gcs_bucket, monkeypatch, digest
 ):
     """Retraining compiles what the user deployed. The CronJob as kustomize renders it (its
     args and environment as the kubelet expands them, its settings ConfigMap as mounted) and
     the CI workflow's command (as bash runs it from the repository root) both upload a pipeline
     on k8s/images' registry and tag, placed and with the Secrets and parameters of
-    k8s/base/retrain.yaml, and it is the same pipeline: the same version."""
+    k8s/base/retrain.yaml, and it is the same pipeline: the same version. With the component
+    image pinned by digest the CronJob runs NAME:TAG@DIGEST, which retraining takes (it
+    refused the reference before)."""
     import subprocess
 
     import yaml
@@ -187,11 +197,12 @@ def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say
         "tfrecord_suite.kfp.endpoint.POD_NAMESPACE_FILE", str(tmp_path / "no-namespace")
     )
     storage.write_text(f"{gcs_bucket}/raw/rows.csv", "x,label\n1,a\n2,b\n3,a\n")
-    k8s = _edited_k8s(tmp_path, gcs_bucket)
+    k8s = _edited_k8s(tmp_path, gcs_bucket, digest)
     docs = manifests.render_dir(str(k8s / "overlays" / "standalone"))
     (cron,) = [d for d in docs if d["kind"] == "CronJob"]
     pod = manifests.pod_spec(cron)
     (container,) = pod["containers"]
+    assert container["image"].endswith(f"tfrecord-suite:2026.11{'@' + digest if digest else ''}")
     # the ConfigMap, mounted where the pod mounts it
     mounted = tmp_path / "mounted"
     for mount in container["volumeMounts"]:

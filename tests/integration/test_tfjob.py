@@ -93,7 +93,7 @@ def test_render_one_chief_three_workers_two_gpus_each():
             "limits": {"nvidia.com/gpu": "2"},
         }
         assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
-        assert c["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsNonRoot"] is True  # all of it: test_pod_security.py
 
 
 def test_tpu_replicas_go_to_the_tpu_node_pool():

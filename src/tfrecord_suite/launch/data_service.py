@@ -6,8 +6,10 @@ restarted dispatcher resumes its jobs from it) and a worker StatefulSet whose po
 those names, the fixed list the dispatcher takes (the reader's static sharding refuses any other
 worker, and a worker restarted by its StatefulSet comes back under its name, which lets the
 epoch go on); a PodDisruptionBudget that lets a drain take one worker at a time; and a
-NetworkPolicy that admits only trainer pods (:data:`~tfrecord_suite.launch.job.TRAINER_LABELS`)
-and the service's own pods to its ports (the servers have no authentication).
+NetworkPolicy that admits only the service's own pods and its clients to its ports (the servers
+have no authentication): a run's service, only that run's trainers
+(:func:`~tfrecord_suite.launch.job.run_trainers`); a shared one, every trainer pod of its
+namespace (:data:`~tfrecord_suite.launch.job.TRAINER_LABELS`).
 
 The pods run under a named service account with no API token mounted, as non-root with no
 capabilities, a read-only root filesystem (``/tmp`` is an emptyDir) and the runtime's seccomp
@@ -35,10 +37,14 @@ from tfrecord_suite.launch.job import (
     RUN_LABEL,
     TRAINER_LABELS,
     JobError,
+    container_security,
+    create_or_adopt,
     current_namespace,
     label_value,
     log_unschedulable,
+    pod_security,
     retrying,
+    run_trainers,
     unschedulable,
 )
 from tfrecord_suite.train.service import DISPATCHER_PORT, WORKER_PORT
@@ -56,19 +62,6 @@ WORKER_RESOURCES = {"requests": {"cpu": "3", "memory": "8Gi"}, "limits": {"memor
 DISPATCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"},
                         "limits": {"memory": "2Gi"}}  # fmt: skip
 _USER = 10001
-_POD_SECURITY = {
-    "runAsNonRoot": True,
-    "runAsUser": _USER,
-    "runAsGroup": _USER,
-    # the journal volume is writable by the group
-    "fsGroup": _USER,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-_CONTAINER_SECURITY = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "capabilities": {"drop": ["ALL"]},
-}
 
 
 def dispatcher_address(name: str) -> str:
@@ -91,6 +84,7 @@ def objects(
     labels: dict[str, str] | None = None,
     owner: dict[str, Any] | None = None,
     credentials: Credentials | None = None,
+    clients: list[dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """The objects of the tf.data service ``name``.
 
@@ -107,6 +101,10 @@ def objects(
         owner: An ownerReference every object carries (deleted with its owner).
         credentials: Secrets the pods get (image pull Secrets; the storage Secret, workers
             only: the dispatcher reads no data).
+        clients: Label selectors of the pods the NetworkPolicy admits besides the service's
+            own: a run's trainers (:func:`~tfrecord_suite.launch.job.run_trainers`); None:
+            every trainer pod of the namespace (:data:`~tfrecord_suite.launch.job.TRAINER_LABELS`,
+            a long-lived service shared by every run).
 
     Returns:
         [ServiceAccount,] Service, dispatcher StatefulSet, worker StatefulSet,
@@ -147,14 +145,23 @@ def objects(
                 "exec": {"command": ["test", "-e", READY_FILE]},
                 "periodSeconds": 2,
             },
+            # a server that stops accepting connections is restarted at its name (a worker
+            # then reads its share again); a minute for TensorFlow's import and the journal
+            "livenessProbe": {
+                "tcpSocket": {"port": component},
+                "initialDelaySeconds": 60,
+                "periodSeconds": 20,
+                "failureThreshold": 3,
+            },
             "resources": dict(extra.pop("resources")),
-            "securityContext": dict(_CONTAINER_SECURITY),
+            "securityContext": container_security(readOnlyRootFilesystem=True),
             # the root filesystem is read-only: HOME and the ready file live in /tmp
             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *extra.pop("mounts", [])],
         }
         pod_spec: dict[str, Any] = {
             "automountServiceAccountToken": False,
-            "securityContext": dict(_POD_SECURITY),
+            # the journal volume is writable by the group
+            "securityContext": pod_security(runAsUser=_USER, runAsGroup=_USER, fsGroup=_USER),
             "containers": [container],
             "volumes": [{"name": "tmp", "emptyDir": {}}],
             **extra.pop("pod", {}),
@@ -270,7 +277,10 @@ def objects(
                     # the trainers, and the service's own pods (workers register with the
                     # dispatcher); nothing else reaches the unauthenticated servers
                     "from": [
-                        {"podSelector": {"matchLabels": dict(TRAINER_LABELS)}},
+                        *(
+                            {"podSelector": {"matchLabels": dict(c)}}
+                            for c in (clients or [TRAINER_LABELS])
+                        ),
                         {"podSelector": {"matchLabels": selector}},
                     ],
                     "ports": [
@@ -336,8 +346,12 @@ class DataServiceLauncher:
         owner: dict[str, Any] | None = None,
         namespace: str = "",
         credentials: Credentials | None = None,
+        clients: list[dict[str, str]] | None = None,
     ) -> Iterator[str]:
         """The dispatcher's address while the service ``name`` runs; deleted on leaving.
+
+        Only the pods of ``clients`` (label selectors; by default the trainers of ``run_id``,
+        :func:`~tfrecord_suite.launch.job.run_trainers`) and the service's own reach it.
 
         Raises:
             JobError: An object could not be created, belongs to another run, or the pods were
@@ -354,6 +368,7 @@ class DataServiceLauncher:
             labels=labels,
             owner=owner,
             credentials=credentials,
+            clients=clients or (run_trainers(run_id) if run_id else None),
         )
         ours: list[dict[str, Any]] = []  # created or adopted: never another run's
         try:
@@ -379,27 +394,27 @@ class DataServiceLauncher:
         )
 
     def _create_or_adopt(self, namespace: str, body: dict[str, Any]) -> None:
+        """Create one object, or adopt this run's from an earlier attempt (``create_or_adopt``)."""
         from kubernetes.client.exceptions import ApiException
 
         create, read, _ = self._calls(body["kind"])
         name = body["metadata"]["name"]
+        owners = body["metadata"].get("ownerReferences") or [None]
         try:
-            retrying(create)(namespace, body)
-            return
-        except ApiException as exc:
-            if exc.status != 409:
-                raise JobError(
-                    f"could not create the tf.data service's {body['kind']} {namespace}/{name}: "
-                    f"{exc.status} {exc.reason}"
-                ) from exc
-        existing = retrying(read)(name, namespace)
-        theirs = (existing.metadata.labels or {}).get(RUN_LABEL)
-        ours = (body["metadata"].get("labels") or {}).get(RUN_LABEL)
-        if not ours or theirs != ours:
-            raise JobError(
-                f"{body['kind']} {namespace}/{name} already exists and belongs to another run "
-                f"({theirs})"
+            create_or_adopt(
+                lambda: create(namespace, body),
+                lambda: read(name, namespace),
+                what=f"{body['kind']} {namespace}/{name}",
+                run_label=(body["metadata"].get("labels") or {}).get(RUN_LABEL, ""),
+                owner=owners[0],
+                sleep=self._sleep,
+                clock=self._clock,
             )
+        except ApiException as exc:
+            raise JobError(
+                f"could not create the tf.data service's {body['kind']} {namespace}/{name}: "
+                f"{exc.status} {exc.reason}"
+            ) from exc
 
     def _wait_ready(self, namespace: str, sets: list[dict[str, Any]]) -> None:
         deadline = self._clock() + self.timeout_seconds

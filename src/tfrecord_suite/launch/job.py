@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import logging
@@ -28,6 +29,7 @@ from typing import Any
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.launch.credentials import Credentials
 from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.podinfo import RUN_ID_LABEL
 
 _LOG = logging.getLogger(__name__)
 
@@ -43,9 +45,22 @@ TRAINER_LABELS = {
     "app.kubernetes.io/name": "tfrecord-suite",
     "app.kubernetes.io/component": "trainer",
 }
-#: How long a finished job (and its pods, with their logs) stays when the launcher could not
-#: delete it, e.g. because its pod was killed first.
+#: The Pod Security Standards' ``restricted`` profile
+#: (https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted), which
+#: every pod the suite creates meets (Kubeflow enforces ``baseline`` in a profile namespace):
+#: at the pod, non-root under the container runtime's default seccomp profile; at each
+#: container, no privilege escalation and no capabilities.
+RESTRICTED_POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+#: How long a finished job (and its pods, with their logs) stays when the launcher did not
+#: delete it: its pod was killed first, or it kept a failed job for inspection.
 FINISHED_TTL_SECONDS = 3600
+#: How long a retried step waits for an earlier attempt's object that it may not adopt (being
+#: deleted, or owned by an earlier lease the garbage collector is deleting it with) to go.
+ADOPT_WAIT_SECONDS = 120.0
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _RETRYABLE_STATUS = {0, 429, 500, 502, 503, 504}
 
@@ -87,7 +102,8 @@ class JobConfig:
             (:class:`~tfrecord_suite.podinfo.PodInfo`); Kubernetes deletes the job and its
             nodes with its owner, even if the launcher died before it could.
         credentials: The storage and image pull Secrets every node gets.
-        keep_on_failure: Leave a failed job and its pods for inspection instead of deleting them.
+        keep_on_failure: Leave a failed job and its pods for inspection instead of deleting
+            them (:attr:`JobLauncher.kept` says it did); it still goes with its owner.
         timeout_seconds: Give up (and delete the job) after this long.
         poll_seconds: Time between status checks.
         backoff_limit: Restarts allowed before failing the job.
@@ -206,6 +222,129 @@ class JobKind(abc.ABC):
         return ""
 
 
+def pod_security(**extra: Any) -> dict[str, Any]:
+    """A pod's ``securityContext``: :data:`RESTRICTED_POD_SECURITY` and ``extra`` (a fresh copy)."""
+    return {**copy.deepcopy(RESTRICTED_POD_SECURITY), **extra}
+
+
+def container_security(**extra: Any) -> dict[str, Any]:
+    """A container's ``securityContext``: :data:`RESTRICTED_CONTAINER_SECURITY` and ``extra``."""
+    return {**copy.deepcopy(RESTRICTED_CONTAINER_SECURITY), **extra}
+
+
+def run_trainers(run_key: str, pipeline_run_id: str = "") -> list[dict[str, str]]:
+    """The label selectors of a run's trainer pods, and of no other run's.
+
+    A job's nodes carry the trainer labels and the run's :data:`RUN_LABEL`
+    (:meth:`JobConfig.labels`); the train step's own pod, which trains itself when it launches
+    no job, carries the trainer labels (the compiled pipeline sets them) and the label
+    :data:`~tfrecord_suite.podinfo.RUN_ID_LABEL` with its run's id, which the KFP API server
+    puts on every pod of a run.
+
+    Args:
+        run_key: What names the run's objects (:attr:`JobConfig.run_id`).
+        pipeline_run_id: The pipeline run's id as the step's pod knows it (empty: unknown, and
+            only the job's nodes are selected).
+
+    """
+    selectors = [{**TRAINER_LABELS, RUN_LABEL: label_value(run_key)}]
+    if pipeline_run_id:
+        selectors.append({**TRAINER_LABELS, RUN_ID_LABEL: pipeline_run_id})
+    return selectors
+
+
+def _metadata(obj: Any) -> tuple[dict[str, str], bool, set[str]]:
+    """``(labels, being deleted, owner UIDs)`` of an object as read (a dict or a typed one)."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata") or {}
+        owners = meta.get("ownerReferences") or []
+        return (meta.get("labels") or {}, bool(meta.get("deletionTimestamp")),
+                {o.get("uid", "") for o in owners})  # fmt: skip
+    meta = obj.metadata
+    owners = meta.owner_references or []
+    return meta.labels or {}, meta.deletion_timestamp is not None, {o.uid for o in owners}
+
+
+def create_or_adopt(
+    create: Callable[[], Any],
+    read: Callable[[], Any],
+    *,
+    what: str,
+    run_label: str,
+    owner: dict[str, Any] | None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    wait_seconds: float = ADOPT_WAIT_SECONDS,
+) -> bool:
+    """Create an object, or adopt the one an earlier attempt of the same run left under its name.
+
+    An existing object is adopted only when it is this run's (its :data:`RUN_LABEL` is
+    ``run_label``), is not being deleted, and names as owners exactly ``owner`` (none where
+    ``owner`` is None): a retried step that adopted its run's live lease adopts what the lease
+    owns. One being deleted, or owned by something else (an expired lease whose objects the
+    garbage collector is deleting, or a pod), would be deleted under the new attempt: it is
+    waited out, up to ``wait_seconds``, and created anew.
+
+    Args:
+        create: Creates the object (raises the client's ``ApiException``).
+        read: Reads the object of that name (raises ``ApiException``; 404 when gone).
+        what: ``Kind namespace/name``, for messages.
+        run_label: This run's :data:`RUN_LABEL` value; empty: adopt nothing.
+        owner: The ``ownerReference`` the object is created with.
+        sleep: Waits between looks.
+        clock: Monotonic seconds.
+        wait_seconds: How long an object that may not be adopted is waited out.
+
+    Returns:
+        True when created, False when adopted.
+
+    Raises:
+        JobError: Another run's object holds the name, or one that may not be adopted did not
+            go within ``wait_seconds``.
+        ApiException: The create call was refused for another reason than the name (the
+            caller says why).
+
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = clock() + wait_seconds
+    ours = {owner["uid"]} if owner else set()
+    told = ""
+    while True:
+        try:
+            retrying(create)()
+            return True
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        try:
+            existing = retrying(read)()
+        except ApiException as exc:
+            if exc.status == 404:
+                continue  # gone meanwhile: create it again
+            raise
+        labels, deleting, owners = _metadata(existing)
+        theirs = labels.get(RUN_LABEL)
+        if not run_label or theirs != run_label:
+            raise JobError(f"{what} already exists and belongs to another run ({theirs})")
+        if deleting:
+            why = "being deleted"
+        elif owners != ours:
+            why = f"owned by {', '.join(sorted(owners)) or 'nothing'}, not by this step's lease"
+        else:
+            _LOG.info("%s exists from an earlier attempt of this run: adopting it", what)
+            return False
+        if clock() >= deadline:
+            raise JobError(
+                f"{what} of an earlier attempt of this run is {why}, so it cannot be adopted, "
+                f"and it did not go within {wait_seconds:.0f} s: delete it to run again"
+            )
+        if why != told:
+            _LOG.info("%s of an earlier attempt is %s: waiting for it to go", what, why)
+            told = why
+        sleep(2.0)
+
+
 def job_name(run_id: str, prefix: str = "tfrs-train") -> str:
     """A stable, valid job name for a pipeline run."""
     return f"{prefix}-{hashlib.sha256(run_id.encode()).hexdigest()[:12]}"
@@ -313,6 +452,8 @@ class JobLauncher:
         self.core = client.CoreV1Api(api_client)
         self._sleep = sleep
         self._clock = clock
+        #: Whether :meth:`run` left its failed job in place (``keep_on_failure``).
+        self.kept = False
 
     # ------------------------------------------------------------------------------- API calls
 
@@ -321,7 +462,7 @@ class JobLauncher:
 
     def _create(self, body: dict[str, Any]) -> dict[str, Any]:
         # Strict: a field this cluster's CRD version does not know is an error, not dropped
-        return retrying(self.custom.create_namespaced_custom_object)(
+        return self.custom.create_namespaced_custom_object(
             *self._resource(),
             body["metadata"]["namespace"],
             self.kind.plural,
@@ -428,37 +569,39 @@ class JobLauncher:
         finally:
             if failed and config.keep_on_failure and not cancelled:
                 _LOG.warning("keeping failed %s %s/%s for inspection", self.kind.kind, ns, name)
+                self.kept = True
             else:
                 self.delete(ns, name)
 
     def _create_or_adopt(self, config: JobConfig) -> None:
+        """Create the job, or adopt this run's from an earlier attempt (:func:`create_or_adopt`)."""
         from kubernetes.client.exceptions import ApiException
 
         ns, name, kind = config.namespace, config.name, self.kind.kind
         body = self.kind.render(config)
         try:
-            self._create(body)
-            _LOG.info("created %s %s/%s: %s", kind, ns, name, self.kind.describe(config))
-            return
-        except ApiException as exc:
-            if exc.status != 409:
-                hint = self.kind.creation_hint(exc.status, str(exc.body or ""))
-                message = _status_message(exc)
-                error = JobRejected if exc.status in (400, 422) else JobError
-                raise error(
-                    f"could not create {kind} {ns}/{name}: {exc.status} {exc.reason}"
-                    + (f": {message}" if message else "")
-                    + (f"\n{hint}" if hint else "")
-                ) from exc
-        existing = self._get(ns, name)
-        theirs = (existing.get("metadata", {}).get("labels") or {}).get(RUN_LABEL)
-        if not config.run_id or theirs != body["metadata"]["labels"].get(RUN_LABEL):
-            raise JobError(
-                f"{kind} {ns}/{name} already exists and belongs to another run ({theirs})"
+            created = create_or_adopt(
+                lambda: self._create(body),
+                lambda: self.custom.get_namespaced_custom_object(
+                    *self._resource(), ns, self.kind.plural, name
+                ),
+                what=f"{kind} {ns}/{name}",
+                run_label=body["metadata"]["labels"].get(RUN_LABEL, "") if config.run_id else "",
+                owner=config.owner,
+                sleep=self._sleep,
+                clock=self._clock,
             )
-        _LOG.info(
-            "%s %s/%s exists from an earlier attempt of this run: adopting it", kind, ns, name
-        )
+        except ApiException as exc:
+            hint = self.kind.creation_hint(exc.status, str(exc.body or ""))
+            message = _status_message(exc)
+            error = JobRejected if exc.status in (400, 422) else JobError
+            raise error(
+                f"could not create {kind} {ns}/{name}: {exc.status} {exc.reason}"
+                + (f": {message}" if message else "")
+                + (f"\n{hint}" if hint else "")
+            ) from exc
+        if created:
+            _LOG.info("created %s %s/%s: %s", kind, ns, name, self.kind.describe(config))
 
     def _wait(self, config: JobConfig) -> tuple[str, str]:
         deadline = self._clock() + config.timeout_seconds

@@ -41,10 +41,13 @@ from typing import Any
 from tfrecord_suite.launch.job import (
     NO_SIDECAR,
     RUN_LABEL,
+    JobCancelled,
     JobError,
     cancel_on_sigterm,
+    container_security,
     current_namespace,
     label_value,
+    pod_security,
     retrying,
 )
 
@@ -114,6 +117,7 @@ class Lease:
         self._mark = clock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._keep_seconds: float | None = None
 
     # -------------------------------------------------------------------------- the object
 
@@ -144,22 +148,17 @@ class Lease:
                     "spec": {
                         "restartPolicy": "Never",
                         "automountServiceAccountToken": False,
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 10001,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
+                        "securityContext": pod_security(runAsUser=10001),
                         "containers": [
                             {
                                 "name": "lease",
                                 "image": self.image,
                                 "command": ["true"],
-                                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]},
+                                "resources": {
+                                    "requests": {"cpu": "10m", "memory": "16Mi"},
+                                    "limits": {"cpu": "10m", "memory": "16Mi"},
                                 },
+                                "securityContext": container_security(readOnlyRootFilesystem=True),
                             }
                         ],
                     },
@@ -232,8 +231,10 @@ class Lease:
         self.renew(adopt=True)
         return True
 
-    def renew(self, adopt: bool = False) -> None:
-        """Push the deadline :attr:`seconds` past the API server's now (and, adopting, own it).
+    def renew(self, adopt: bool = False, seconds: float | None = None) -> None:
+        """Push the deadline ``seconds`` (default :attr:`seconds`) past the server's now.
+
+        Adopting, the lease is also made the step pod's (this attempt's).
 
         Raises:
             JobError: The lease had already ended (what it owned is being deleted).
@@ -244,7 +245,8 @@ class Lease:
             {
                 "op": "replace",
                 "path": "/spec/activeDeadlineSeconds",
-                "value": math.ceil(elapsed) + self.seconds + _MARGIN,
+                "value": math.ceil(elapsed + (self.seconds if seconds is None else seconds))
+                + _MARGIN,
             }
         ]
         if adopt and self.owner:
@@ -270,6 +272,16 @@ class Lease:
         now = _server_time(headers)
         if started is not None and now is not None:
             self._server_elapsed = max(0.0, (now - started).total_seconds())
+
+    def keep(self, seconds: float) -> None:
+        """On leaving, end the lease ``seconds`` later instead of at once: what it owns stays.
+
+        For a failed job kept for inspection: leaving sets the deadline ``seconds`` past the
+        API server's now and neither renews nor deletes the lease; the Job controller ends it
+        then and the garbage collector deletes what it still owns (at once, with the lease,
+        when the step's pod is deleted first). A cancelled step deletes it all the same.
+        """
+        self._keep_seconds = seconds
 
     def _renew_until_stopped(self) -> None:
         while not self._stop.wait(self.renew_seconds):
@@ -305,14 +317,27 @@ class Lease:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        """Stop renewing and delete the lease (what still names it as owner goes with it)."""
+        """Stop renewing; delete the lease (and what it owns), or, kept, let it end later."""
         try:
             self._cancel.__exit__(*exc)
         finally:
             self._stop.set()
             if self._thread is not None:
                 self._thread.join(timeout=30)
-            self._delete()
+            cancelled = exc and isinstance(exc[1], JobCancelled)
+            if self._keep_seconds is not None and not cancelled:
+                try:
+                    self.renew(seconds=self._keep_seconds)
+                    _LOG.warning(
+                        "lease %s/%s kept: what it owns goes in %.0f s, or with the step's pod",
+                        self.namespace,
+                        self.name,
+                        self._keep_seconds,
+                    )
+                except Exception as err:  # the last renewal's deadline stands: it goes sooner
+                    _LOG.warning("could not keep lease %s/%s: %s", self.namespace, self.name, err)
+            else:
+                self._delete()
 
 
 def _finished(job: Any) -> bool:

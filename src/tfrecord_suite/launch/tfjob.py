@@ -14,7 +14,9 @@ from tfrecord_suite.launch.job import (
     FINISHED_TTL_SECONDS,
     JobConfig,
     JobKind,
+    container_security,
     last_true_condition,
+    pod_security,
 )
 
 #: The Training Operator only manages the container with this name.
@@ -37,13 +39,14 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
             {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
         ],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
+        "securityContext": container_security(),
         "resources": placement.resources(),
     }
     pod_spec: dict[str, Any] = {
         **config.pod_identity(),
         # nodes train; only the launcher (the step's pod) calls the Kubernetes API
         "automountServiceAccountToken": False,
+        "securityContext": pod_security(),
         "containers": [container],
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": placement.shm_size}}

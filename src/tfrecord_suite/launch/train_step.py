@@ -6,7 +6,7 @@ runs more than one node, or its placement says ``launch_job``, or its input serv
 
 1. :func:`launching`: the Kubernetes API and the step's lease
    (:mod:`~tfrecord_suite.launch.lease`), named after the run and owned by the step's pod, which
-   owns everything after it;
+   owns everything after it (a failed job kept for inspection included);
 2. :func:`cluster_input_service`: the run's tf.data service
    (:mod:`~tfrecord_suite.launch.data_service`), when the input service is ``cluster:N``;
 3. :func:`train_in_job`: a TrainJob or TFJob (:mod:`~tfrecord_suite.launch.job`) whose nodes run
@@ -64,6 +64,12 @@ class StepLaunch:
     def owner(self) -> dict[str, str] | None:
         """The ``ownerReference`` of what the step creates."""
         return self.lease.owner_reference() if self.lease else self.pod.owner_reference()
+
+    def trainers(self) -> list[dict[str, str]]:
+        """Label selectors of this run's trainers: its job's nodes, and the step's own pod."""
+        from tfrecord_suite.launch.job import run_trainers
+
+        return run_trainers(self.run_key, self.pod.run_id)
 
 
 @contextlib.contextmanager
@@ -130,8 +136,8 @@ def cluster_input_service(config: Any, launch: StepLaunch | None) -> Iterator[An
     """``config``, its ``cluster:N`` input service started as pods and named by its address.
 
     The service is named after the run, so a retried step adopts its own; it runs as the
-    step's account, owned by the step's lease, with the step's Secrets, and is deleted on
-    leaving.
+    step's account, owned by the step's lease, with the step's Secrets, answers this run's
+    trainers only (:meth:`StepLaunch.trainers`), and is deleted on leaving.
     """
     if launch is None or not launch.service_workers:
         yield config
@@ -147,6 +153,7 @@ def cluster_input_service(config: Any, launch: StepLaunch | None) -> Iterator[An
         service_account=launch.pod.service_account,
         owner=launch.owner(),
         credentials=launch.credentials,
+        clients=launch.trainers(),
     ) as address:
         _LOG.info("training input through the run's tf.data service at %s", address)
         yield dataclasses.replace(config, input_service=address)
@@ -165,14 +172,27 @@ def train_in_job(
     The job is named after the pipeline run, so a retried step adopts its own job; it runs
     ``tfrecord-suite train`` with ``config`` (:func:`tfrecord_suite.flags.to_args`) on
     ``trainer_image``, as the step's own service account with the step's Secrets, owned by the
-    step's lease (by its pod when ``keep_failed``: a kept job must outlive the lease). Each job
-    kind of ``launch.kinds`` is tried in turn while the API server refuses the object itself.
+    step's lease. Each job kind of ``launch.kinds`` is tried in turn while the API server
+    refuses the object itself.
+
+    With ``keep_failed`` a failed job stays for inspection, bounded like everything the step
+    creates: the lease is kept (:meth:`~tfrecord_suite.launch.lease.Lease.keep`) for
+    :data:`~tfrecord_suite.launch.job.FINISHED_TTL_SECONDS` past the failure, then ends and takes
+    the job with it (sooner with the step's pod). A killed launcher's job, failed or not, goes
+    with the unrenewed lease within minutes.
 
     Returns:
         The run's ``TrainMetrics``, as the chief wrote them.
 
     """
-    from tfrecord_suite.launch.job import JobConfig, JobLauncher, JobRejected, job_name
+    from tfrecord_suite.launch.job import (
+        FINISHED_TTL_SECONDS,
+        JobConfig,
+        JobError,
+        JobLauncher,
+        JobRejected,
+        job_name,
+    )
     from tfrecord_suite.registry.refs import DatasetRef
     from tfrecord_suite.train.metrics import TrainMetrics
 
@@ -191,16 +211,21 @@ def train_in_job(
         placement=where,
         run_id=launch.run_key,
         service_account=launch.pod.service_account,
-        owner=launch.pod.owner_reference() if keep_failed else launch.owner(),
+        owner=launch.owner(),
         credentials=launch.credentials,
         keep_on_failure=keep_failed,
     )
     for kind, fallback in zip(kinds, [*kinds[1:], None], strict=True):
+        launcher = JobLauncher(kind, launch.api)
         try:
-            JobLauncher(kind, launch.api).run(job)
+            launcher.run(job)
             break
         except JobRejected as exc:
             if fallback is None:
                 raise
             _LOG.warning("%s; launching a %s instead", exc, fallback.kind)
+        except JobError:
+            if launcher.kept and launch.lease is not None:
+                launch.lease.keep(FINISHED_TTL_SECONDS)
+            raise
     return TrainMetrics.load(shared)
