@@ -254,22 +254,33 @@ def k8s_nodes(k8s):
 @pytest.fixture(scope="session")
 def one_node_cluster():
     """A one-node Kubernetes cluster on this machine (tests/cluster/node.py): the one `make
-    cluster-up` left running, or, with TFRS_CLUSTER=1 (`make test-cluster`), one brought up here
-    and taken down at the end of the session. Otherwise the tests skip (bringing a cluster up
+    cluster-up` left running, or, with TFRS_CLUSTER=1 (`make test-cluster`), one brought up for
+    the session and taken down at its end. Otherwise the tests skip (bringing a cluster up
     takes the machine's root, its bridge and minutes: it is asked for, not assumed); with
-    TFRS_CLUSTER=1 a cluster that cannot come up fails them."""
+    TFRS_CLUSTER=1 a cluster that cannot come up fails them.
+
+    The session brings it up as `make cluster-up` does, with `python -m cluster up` in a
+    process of its own that has ended before any test runs, so every test uses a cluster that
+    outlived the process that started it. Add-ons (the Trainer, Kubeflow Pipelines) are
+    installed by the fixtures of the tests that need them.
+    """
+    import sys
+
     from cluster import node
 
     running = node.Cluster.load()
-    if running is not None and all(running.alive().values()):
+    if running is not None and running.pids and all(running.alive().values()):
         yield running
         return
     if os.environ.get("TFRS_CLUSTER") != "1":
         pytest.skip("no one-node cluster running: `make cluster-up`, or `make test-cluster`")
-    node.preflight()
     try:
-        cluster = node.up(trainer=False)
-        yield cluster
+        subprocess.run(
+            [sys.executable, "-m", "cluster", "up", "--no-trainer", "--no-kfp"],
+            check=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        yield node.Cluster.load()
     finally:
         node.down()
 

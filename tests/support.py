@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
+
+# the one copy of it is realparts.processes; tests import it from here too
+from realparts.processes import free_port as free_port
 
 
 def stop_process(process: subprocess.Popen, timeout: float) -> None:
@@ -20,12 +22,6 @@ def stop_process(process: subprocess.Popen, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def emulator_env(url: str) -> contextlib.AbstractContextManager[None]:

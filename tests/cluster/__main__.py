@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="bring the cluster up (or find it running)")
     up.add_argument("--no-trainer", action="store_true", help="skip JobSet and the Trainer")
+    up.add_argument("--no-kfp", action="store_true", help="skip Kubeflow Pipelines")
     up.add_argument(
         "--image", action="append", default=[], help="also load this podman image (repeatable)"
     )
@@ -22,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            node.up(trainer=not args.no_trainer, suite_images=tuple(args.image))
+            node.up(
+                trainer=not args.no_trainer, kfp=not args.no_kfp, suite_images=tuple(args.image)
+            )
         elif args.command == "down":
             node.down()
         else:
@@ -32,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             for name, alive in cluster.alive().items():
                 print(f"{name}: {'running' if alive else 'stopped'}")
-            print(f"KUBECONFIG={cluster.plane.admin_kubeconfig}")
+            print("steps done: " + ", ".join(f"{k} ({v:.0f} s)" for k, v in cluster.steps.items()))
+            print(f"KUBECONFIG={cluster.control_plane.admin_kubeconfig}")
             print(cluster.kubectl("get", "nodes,pods", "-A", "-o", "wide", check=False).stdout)
     except node.ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)

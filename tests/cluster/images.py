@@ -11,6 +11,8 @@ kubelet finds them: nothing is ever pulled.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import subprocess
 import tempfile
@@ -57,21 +59,89 @@ def image_id(image: str) -> str:
 
 def build_static(image: str, binary: Path, path: str, user: str = NONROOT) -> None:
     """Build ``image``: ``binary`` at ``path`` of an otherwise empty image, run as ``user``."""
+    build_rootfs(image, {path: binary}, user, entrypoint=[path])
+
+
+#: Where BusyBox comes from (Debian's busybox-static, installed by ``make cluster-deps``)
+BUSYBOX = Path("/bin/busybox")
+
+
+def build_rootfs(
+    image: str,
+    files: dict[str, Path],
+    user: str = NONROOT,
+    entrypoint: list[str] | None = None,
+    cmd: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    busybox: bool = False,
+    workdir: str = "/",
+) -> None:
+    """Build ``image`` from scratch: ``files`` (image path -> file or folder here), ``/tmp``,
+    ``/etc/passwd`` and ``/etc/group`` as distroless has them, run as ``user``.
+
+    With ``busybox``, BusyBox's shell and tools in ``/bin`` as an Alpine image has them (the
+    upstream images of Kubeflow Pipelines' Go parts are Alpine with the binary added).
+    """
     with tempfile.TemporaryDirectory(prefix="tfrs-image-") as tmp:
         context = Path(tmp)
         rootfs = context / "rootfs"
-        target = rootfs / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(binary, target)
+        for path, source in files.items():
+            target = rootfs / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, target, symlinks=True)
+            else:
+                shutil.copy2(source, target)
+        if busybox:
+            _add_busybox(rootfs / "bin")
         (rootfs / "tmp").mkdir(mode=0o1777, exist_ok=True)
         (rootfs / "tmp").chmod(0o1777)
         (rootfs / "etc").mkdir(exist_ok=True)
         (rootfs / "etc" / "passwd").write_text(_PASSWD)
         (rootfs / "etc" / "group").write_text(_GROUP)
-        (context / "Containerfile").write_text(
-            f'FROM scratch\nCOPY rootfs/ /\nUSER {user}:{user}\nENTRYPOINT ["{path}"]\n'
-        )
+        lines = ["FROM scratch", "COPY rootfs/ /"]
+        lines += [f"ENV {key}={json.dumps(value)}" for key, value in (env or {}).items()]
+        if busybox:
+            lines.append('ENV PATH="/bin:/usr/bin:/sbin:/usr/sbin"')
+        lines += [f"WORKDIR {workdir}", f"USER {user}:{user}"]
+        if entrypoint:
+            lines.append(f"ENTRYPOINT {json.dumps(entrypoint)}")
+        if cmd:
+            lines.append(f"CMD {json.dumps(cmd)}")
+        (context / "Containerfile").write_text("\n".join(lines) + "\n")
         podman("build", "--network", "none", "-t", image, str(context), timeout=600)
+
+
+def _add_busybox(folder: Path) -> None:
+    """BusyBox at ``folder/busybox`` with a link for each of its applets."""
+    if not BUSYBOX.exists():
+        raise RuntimeError(f"{BUSYBOX} is missing: apt-get install busybox-static")
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(BUSYBOX, folder / "busybox")
+    applets = subprocess.run([str(BUSYBOX), "--list"], check=True, capture_output=True,
+                             text=True).stdout.split()  # fmt: skip
+    for applet in applets:
+        if not (folder / applet).exists():
+            (folder / applet).symlink_to("busybox")
+
+
+def build_containerfile(image: str, context: Path, containerfile: Path | None = None) -> None:
+    """``podman build`` of a Containerfile (its folder is the context by default), with the
+    network the Debian mirror and PyPI are reached through."""
+    file = containerfile or context / "Containerfile"
+    podman("build", "--network", "host", "-f", str(file), "-t", image, str(context), timeout=1800)
+
+
+def content_tag(*sources: Path) -> str:
+    """A tag naming what an image is built from: the digest of these files and folders."""
+    digest = hashlib.sha256()
+    for source in sources:
+        paths = sorted(source.rglob("*")) if source.is_dir() else [source]
+        for path in paths:
+            if path.is_file():
+                digest.update(str(path.relative_to(source.parent)).encode() + b"\0")
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def load(images: list[str], ctr: Path, address: Path) -> None:
@@ -117,12 +187,7 @@ PROBE_SOURCE = Path(__file__).resolve().parent / "probe"
 
 def probe_image() -> str:
     """The network probe's image name (tests/cluster/probe; tagged with its source's digest)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(PROBE_SOURCE.glob("*")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return f"localhost/tfrs-cluster-probe:{digest.hexdigest()[:12]}"
+    return f"localhost/tfrs-cluster-probe:{content_tag(PROBE_SOURCE)}"
 
 
 def build_probe() -> str:

@@ -1,70 +1,48 @@
 """A one-node Kubernetes cluster on this machine: ``make cluster-up`` / ``make cluster-down``.
 
 Everything is built from published sources by ``tests/realparts/build.sh`` (versions pinned in
-``tests/realparts/versions.env``) and started here:
+``tests/realparts/versions.env``) and started here, one step after another (:data:`STEPS`, run by
+:func:`up`, which times each, reports it and saves the state after it, as kind's create
+actions do):
 
 * the control plane of ``tests/realparts/controlplane.py`` (etcd, kube-apiserver with RBAC, Node
   authorization and the default admission plugins, kube-controller-manager, kube-scheduler),
   listening on the node's bridge address so that pods reach it as ``kubernetes.default``;
-* containerd (with runc) and the kubelet, joined as node :data:`NODE_NAME`, with its client
+* containerd (with runc) and the kubelet, joined as node :data:`host.NODE_NAME`, with its client
   certificate and the API server's certificate for the kubelet's own port;
-* pod networking: a bridge of our own (:data:`BRIDGE`, :data:`NODE_IP` on :data:`POD_CIDR`), the
-  CNI bridge plugin putting each pod's network namespace on it; the service network
-  (:data:`controlplane.SERVICE_CIDR`) by kube-proxy in nftables mode (its own ``kube-proxy``
-  tables); a table of our own (:data:`NFT_TABLE`) that drops whatever a pod sends towards any
-  other interface, so nothing leaves the bridge and the loopback range;
-* CoreDNS (cluster DNS at :data:`DNS_IP`, answering only ``cluster.local``: no forwarding);
-* optionally JobSet and the Kubeflow Trainer controller from their modules' own manifests, and
-  our TensorFlow ClusterTrainingRuntime (``k8s/trainer-runtime``).
+* pod networking on a bridge of our own and the service network by kube-proxy in nftables mode
+  (``host.py`` says what that changes on the machine);
+* the add-ons of ``addons.py``: CoreDNS, the NetworkPolicy engine, JobSet and the Kubeflow
+  Trainer; and Kubeflow Pipelines (``kfp.py``).
 
-What it changes on the host, and undoes in :func:`down`: the bridge and its routes, forwarding
-on that bridge only (``net.ipv4.conf.tfrs0.forwarding``; the host-wide ``ip_forward`` is left
-alone), the nftables tables named above, ``/kubepods`` cgroups, mounts under the state folder.
-The kubelet sets five kernel tunables when it starts (``vm.overcommit_memory``,
-``kernel.panic``, ...; it has no setting to only warn); they are put back to the host's values
-as soon as the node is up, and again by :func:`down`.
+The parts' configuration files are in ``config/`` beside this module, with ``${NAME}``
+placeholders filled in when they are written into the state folder.
 
 State (processes, certificates, kubeconfigs, containerd's images) lives in one folder,
 ``$TFRS_CLUSTER_DIR`` (default ``/var/lib/tfrecord-suite/cluster``); ``state.json`` there lets
-another process (a test session, ``cluster-down``) find the running cluster.
+another process (a test session, ``cluster-down``) find the running cluster. Every process is
+started in a session of its own and outlives the one that started it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import ipaddress
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster import images
-from realparts import controlplane
+from cluster import host, images
+from cluster.host import NODE_IP, NODE_NAME, ClusterError
+from realparts import controlplane, processes
+from realparts.processes import free_port
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 STATE_ENV = "TFRS_CLUSTER_DIR"
 DEFAULT_STATE = Path("/var/lib/tfrecord-suite/cluster")
-NODE_NAME = "tfrs-node"
-BRIDGE = "tfrs0"
-POD_CIDR = "10.244.0.0/24"
-NODE_IP = "10.244.0.1"
-DNS_IP = "10.96.0.10"
-NFT_TABLE = "tfrs-cluster"
-#: The tunables the kubelet sets at start-up (pkg/kubelet/cm/container_manager_linux.go).
-KUBELET_SYSCTLS = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
 #: Processes in the order they start; :func:`down` stops them in reverse.
 PROCESSES = (
     "etcd",
@@ -87,11 +65,15 @@ PARTS = {
     "coredns": "COREDNS_VERSION",
     "jobset": "JOBSET_VERSION",
     "trainer": "TRAINER_VERSION",
+    "seaweedfs": "SEAWEEDFS_VERSION",
+    "kfp": "KFP_VERSION",
+    "kfp-ui": "KFP_VERSION",
+    "argo": "ARGO_VERSION",
+    "grpcwebproxy": "GRPC_WEB_VERSION",
+    "kube-network-policies": "KUBE_NETWORK_POLICIES_VERSION",
 }
-
-
-class ClusterError(RuntimeError):
-    """The cluster could not be brought up (the failing step and its log are in the message)."""
+#: The parts whose build.sh name is not their folder's
+BUILD_NAMES = {"kfp": "kfp-backend"}
 
 
 def state_dir() -> Path:
@@ -103,7 +85,7 @@ def part(name: str) -> Path:
     """The built folder of a part (``build.sh`` builds it first when it is missing)."""
     folder = controlplane.cache_root() / f"{name}-{controlplane.versions()[PARTS[name]]}"
     if not (folder / ".complete").exists():
-        controlplane.build(name)
+        controlplane.build(BUILD_NAMES.get(name, name))
     return folder
 
 
@@ -112,14 +94,33 @@ def part(name: str) -> Path:
 
 @dataclasses.dataclass
 class Cluster:
-    """A running cluster: its control plane, its processes' ids and where its state is."""
+    """A cluster, running or being brought up: its state folder, control plane and processes.
+
+    Attributes:
+        state: The state folder.
+        plane: The control plane (None until its step has run).
+        pids: Each started process's id.
+        system_images: ``part -> image`` of the cluster's own images (:func:`system_images`).
+        loaded_ids: podman's image ID of each image loaded into the node.
+        steps: ``step -> seconds it took`` of each step done, in order.
+        sysctls: The host's kernel tunables before the kubelet started.
+
+    """
 
     state: Path
-    plane: controlplane.ControlPlane
-    pids: dict[str, int]
-    system_images: dict[str, str]
-    #: podman's image ID of each image loaded into the node
+    plane: controlplane.ControlPlane | None = None
+    pids: dict[str, int] = dataclasses.field(default_factory=dict)
+    system_images: dict[str, str] = dataclasses.field(default_factory=dict)
     loaded_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+    steps: dict[str, float] = dataclasses.field(default_factory=dict)
+    sysctls: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def control_plane(self) -> controlplane.ControlPlane:
+        """The control plane (an error before its step has run)."""
+        if self.plane is None:
+            raise ClusterError("the control plane has not been started")
+        return self.plane
 
     @property
     def containerd_socket(self) -> Path:
@@ -127,11 +128,16 @@ class Cluster:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> Any:
         """The built ``kubectl`` as the cluster's admin."""
-        return self.plane.kubectl(*args, stdin=stdin, check=check)
+        return self.control_plane.kubectl(*args, stdin=stdin, check=check)
+
+    def apply(self, stream: str, manager: str = "tfrs-cluster") -> None:
+        """``kubectl apply --server-side`` of a YAML or JSON stream, as the admin."""
+        self.kubectl("apply", "--server-side", "--force-conflicts", f"--field-manager={manager}",
+                     "-f", "-", stdin=stream)  # fmt: skip
 
     def api_client(self, **kwargs: Any) -> Any:
         """A ``kubernetes`` client as the admin (see ``ControlPlane.api_client``)."""
-        return self.plane.api_client(**kwargs)
+        return self.control_plane.api_client(**kwargs)
 
     def ctr(self, *args: str) -> str:
         """``ctr`` against the cluster's containerd, namespace ``k8s.io``."""
@@ -155,24 +161,50 @@ class Cluster:
 
     def alive(self) -> dict[str, bool]:
         """Whether each of its processes still runs."""
-        return {name: _running(pid, name) for name, pid in self.pids.items()}
+        return {name: host.running(pid, name) for name, pid in self.pids.items()}
+
+    def log(self, name: str) -> str:
+        """The last lines of a process's log."""
+        return processes.log_tail(self.state / "logs" / f"{name}.log")
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        """Start one of the cluster's processes; it outlives the process that started it."""
+        log = self.state / "logs" / f"{name}.log"
+        self.pids[name] = processes.spawn(argv, log, env, die_with_parent=False).pid
+        self.save()
+
+    def wait(self, what: str, ready: Callable[[], Any], timeout: float, process: str = "") -> None:
+        """Wait until ``ready()``; where ``process`` is named, fail as soon as it exits."""
+        try:
+            processes.wait_for(
+                ready,
+                timeout,
+                what,
+                alive=(lambda: self.alive()[process]) if process else None,
+                log=(lambda: self.log(process)) if process else None,
+                interval=1,
+            )
+        except processes.WaitError as exc:
+            raise ClusterError(str(exc)) from None
 
     def save(self) -> None:
-        (self.state / "state.json").write_text(
-            json.dumps(
-                {
-                    "url": self.plane.url,
-                    "workdir": str(self.plane.workdir),
-                    "bin_dir": str(self.plane.bin_dir),
-                    "ca_file": str(self.plane.ca_file),
-                    "admin_kubeconfig": str(self.plane.admin_kubeconfig),
-                    "pids": self.pids,
-                    "system_images": self.system_images,
-                    "loaded_ids": self.loaded_ids,
-                },
-                indent=2,
-            )
-        )
+        plane = self.plane
+        saved: dict[str, Any] = {
+            "pids": self.pids,
+            "system_images": self.system_images,
+            "loaded_ids": self.loaded_ids,
+            "steps": self.steps,
+            "sysctls": self.sysctls,
+        }
+        if plane is not None:
+            saved["plane"] = {
+                "url": plane.url,
+                "workdir": str(plane.workdir),
+                "bin_dir": str(plane.bin_dir),
+                "ca_file": str(plane.ca_file),
+                "admin_kubeconfig": str(plane.admin_kubeconfig),
+            }
+        (self.state / "state.json").write_text(json.dumps(saved, indent=2))
 
     @classmethod
     def load(cls, state: Path | None = None) -> Cluster | None:
@@ -182,171 +214,158 @@ class Cluster:
         if not path.exists():
             return None
         saved = json.loads(path.read_text())
-        plane = controlplane.ControlPlane(
-            url=saved["url"],
-            workdir=Path(saved["workdir"]),
-            bin_dir=Path(saved["bin_dir"]),
-            ca_file=Path(saved["ca_file"]),
-            admin_kubeconfig=Path(saved["admin_kubeconfig"]),
-        )
-        return cls(state, plane, saved["pids"], saved["system_images"], saved["loaded_ids"])
+        plane = None
+        if "plane" in saved:
+            paths = {k: Path(v) for k, v in saved["plane"].items() if k != "url"}
+            plane = controlplane.ControlPlane(url=saved["plane"]["url"], **paths)
+        return cls(state, plane, saved["pids"], saved["system_images"], saved["loaded_ids"],
+                   saved["steps"], saved["sysctls"])  # fmt: skip
 
 
-def _running(pid: int, name: str) -> bool:
-    """Whether ``pid`` is still the process ``name`` we started (not ended, not a reused id).
-
-    A process that has just been started may show no command line yet: Popen returns at the
-    point of no return of its exec, before the kernel has set up the new program's memory.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):  # ended, not yet reaped
-        return False
-    return not argv0 or Path(argv0).name == name
+# --------------------------------------------------------------------------------- the steps
 
 
-# ------------------------------------------------------------------------------------ helpers
-
-
-def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise ClusterError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
-    return proc
-
-
-def _spawn(state: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
-    """Start a process of the cluster in a session of its own (it outlives ``make``)."""
-    with open(state / "logs" / f"{name}.log", "ab") as log:
-        process = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
-    return process.pid
-
-
-def _tail(state: Path, name: str, lines: int = 30) -> str:
-    path = state / "logs" / f"{name}.log"
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _wait(what: str, ready: Any, timeout: float, alive: Any = None, log: str = "") -> None:
-    """Poll ``ready()`` until it is true; fail early when ``alive()`` says a process died."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if alive is not None and not alive():
-            raise ClusterError(f"{what}: the process exited\n{log and log()}")
-        try:
-            if ready():
-                return
-        except Exception as exc:
-            last = exc
-        time.sleep(1)
-    raise ClusterError(f"{what}: not ready after {timeout:.0f} s ({last})\n{log and log()}")
-
-
-def _sysctl_path(name: str) -> Path:
-    return Path("/proc/sys") / name
-
-
-def _read_sysctls() -> dict[str, str]:
-    return {name: _sysctl_path(name).read_text().strip() for name in KUBELET_SYSCTLS}
-
-
-def _restore_sysctls(saved: dict[str, str]) -> None:
-    for name, value in saved.items():
-        with contextlib.suppress(OSError):
-            if _sysctl_path(name).read_text().strip() != value:
-                _sysctl_path(name).write_text(value)
-
-
-# ---------------------------------------------------------------------------------- preflight
-
-
-def preflight() -> None:
-    """Refuse, saying why, where the cluster cannot run: not root, tools missing."""
-    if os.geteuid() != 0:
-        raise ClusterError("the cluster needs root (containerd, the kubelet, the bridge)")
-    missing = [exe for exe in ("nft", "ip", "podman", "mount") if shutil.which(exe) is None]
-    if missing:
-        raise ClusterError(
-            f"{', '.join(missing)} not installed: apt-get install nftables iproute2 podman "
-            "(make cluster-up does)"
-        )
-    if (
-        not Path("/sys/fs/cgroup/memory").is_dir()
-        and not Path("/sys/fs/cgroup/cgroup.controllers").exists()
-    ):
-        raise ClusterError("no cgroup hierarchy the kubelet can use under /sys/fs/cgroup")
-
-
-# ------------------------------------------------------------------------------------ network
-
-
-def _network_up(state: Path) -> None:
-    """The bridge, its forwarding, the service route and our nftables table."""
-    if _run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-    prefix = ipaddress.ip_network(POD_CIDR).prefixlen
-    _run("ip", "addr", "replace", f"{NODE_IP}/{prefix}", "dev", BRIDGE)
-    _run("ip", "link", "set", BRIDGE, "up")
-    # forwarding for packets that arrive on our bridge only (a pod reaching a Service whose
-    # endpoint is another pod goes through the host's routing); the host-wide switch stays off
-    _sysctl_path(f"net/ipv4/conf/{BRIDGE}/forwarding").write_text("1")
-    # the service network is the bridge's: a ClusterIP that no rule translates stays on it
-    # instead of taking the default route out of the machine
-    _run(
-        "ip", "route", "replace", controlplane.SERVICE_CIDR, "dev", BRIDGE, "src", NODE_IP
+def _control_plane(cluster: Cluster) -> None:
+    pki = cluster.state / "pki"
+    ca = controlplane._CA()
+    kubelet_client = _write_cert(
+        pki, "apiserver-kubelet-client",
+        ca.issue("kube-apiserver-kubelet-client", ("system:masters",)),
     )  # fmt: skip
-    (state / "nft.conf").write_text(
-        f"""table inet {NFT_TABLE} {{
-  chain forward {{
-    type filter hook forward priority filter; policy accept;
-    # pods talk to each other and to the node, never past it
-    iifname "{BRIDGE}" oifname != "{BRIDGE}" counter drop
-    oifname "{BRIDGE}" iifname != "{BRIDGE}" counter drop
-  }}
-}}
-"""
+    cluster.plane = controlplane.start(
+        cluster.state / "control-plane",
+        part("kubernetes"),
+        part("etcd"),
+        address=NODE_IP,
+        ca=ca,
+        extra_args={
+            "kube-apiserver": [
+                f"--kubelet-client-certificate={kubelet_client[0]}",
+                f"--kubelet-client-key={kubelet_client[1]}",
+                "--kubelet-preferred-address-types=InternalIP",
+                # a real address: the API server keeps `kubernetes.default`'s endpoints
+                "--endpoint-reconciler-type=lease",
+            ],
+            # a real node: the node lifecycle controller runs as in any cluster
+            "kube-controller-manager": ["--controllers=*"],
+        },
+        # the cluster outlives `make cluster-up`
+        die_with_parent=False,
     )
-    _run("nft", "delete", "table", "inet", NFT_TABLE, check=False)
-    _run("nft", "-f", str(state / "nft.conf"))
+    cluster.pids.update({name: p.pid for name, p in cluster.plane.processes.items()})
 
 
-def _kubelet_iptables_leftovers() -> None:
-    """Remove the kubelet's iptables chains where a kubelet that found ``iptables`` made them
-    (ours cannot: :func:`_node_env`), by name, leaving whatever else the tables hold."""
-    for exe in ("iptables", "ip6tables"):
-        if shutil.which(exe) is None:
-            continue
-        for chain in ("INPUT", "OUTPUT"):
-            _run(exe, "-D", chain, "-j", "KUBE-FIREWALL", check=False)
-        _run(exe, "-F", "KUBE-FIREWALL", check=False)
-        _run(exe, "-X", "KUBE-FIREWALL", check=False)
-        for table in ("mangle", "nat", "filter"):
-            _run(exe, "-t", table, "-X", "KUBE-KUBELET-CANARY", check=False)
-        _run(exe, "-t", "mangle", "-X", "KUBE-IPTABLES-HINT", check=False)
+def _ca(cluster: Cluster) -> controlplane._CA:
+    workdir = cluster.control_plane.workdir
+    return controlplane._CA.load(
+        (workdir / "ca.crt").read_bytes(), (workdir / "ca.key").read_bytes()
+    )
 
 
-def _network_down() -> None:
-    _kubelet_iptables_leftovers()
-    for family in ("ip", "ip6"):
-        _run("nft", "delete", "table", family, "kube-proxy", check=False)
-    _run("nft", "delete", "table", "inet", NFT_TABLE, check=False)
-    # deleting the bridge takes its address and routes with it
-    _run("ip", "link", "delete", BRIDGE, check=False)
+def _node_env(state: Path) -> dict[str, str]:
+    """The environment of containerd, the kubelet and kube-proxy.
+
+    containerd finds its shim, the shim its runc, on ``PATH``. And ``PATH`` holds no
+    ``iptables``: where it finds one, the kubelet adds chains and a rule of its own to the
+    host's ``filter`` table (``KUBE-FIREWALL`` in ``INPUT`` and ``OUTPUT``) and kube-proxy
+    cleans up other modes' iptables chains; the host's tables are not the cluster's to change.
+    kube-proxy needs ``nft``, which sits beside ``iptables`` in ``/usr/sbin``, so it gets a
+    folder of its own.
+    """
+    tools = state / "bin"
+    tools.mkdir(exist_ok=True)
+    nft = tools / "nft"
+    if not nft.exists():
+        nft.symlink_to(shutil.which("nft") or "/usr/sbin/nft")
+    path = [tools, part("containerd") / "bin", part("runc") / "bin"]
+    return {**os.environ, "PATH": ":".join([*map(str, path), "/usr/local/bin", "/usr/bin", "/bin"])}
 
 
-# ------------------------------------------------------------------------------- certificates
+def _containerd(cluster: Cluster) -> None:
+    """containerd with runc and the CNI bridge (``config/containerd.toml``, ``cni.conflist``).
+
+    The CNI bridge is not the pods' gateway (the plugin would then switch on the host-wide
+    ``ip_forward``; the bridge already has the node's address), and a pod gets a route to the
+    service network only, no default route: it reaches pods, Services and the node.
+    """
+    state, run = cluster.state, cluster.state / "run"
+    cni = state / "cni"
+    (cni / "net.d").mkdir(parents=True, exist_ok=True)
+    host.render(Path("cni.conflist"), cni / "net.d" / "10-tfrs.conflist", BRIDGE=host.BRIDGE,
+                IPAM_DIR=cni / "ipam", POD_CIDR=host.POD_CIDR, NODE_IP=NODE_IP,
+                SERVICE_CIDR=controlplane.SERVICE_CIDR)  # fmt: skip
+    config = host.render(
+        Path("containerd.toml"), state / "containerd.toml", STATE=state, RUN=run,
+        PAUSE_IMAGE=cluster.system_images["pause"], RUNC=part("runc") / "bin" / "runc",
+        CNI_BIN=part("cni-plugins") / "bin", CNI_CONF=cni / "net.d",
+    )  # fmt: skip
+    binary = part("containerd") / "bin" / "containerd"
+    cluster.spawn("containerd", [str(binary), "--config", str(config)], _node_env(state))
+    cluster.wait("containerd", lambda: cluster.containerd_socket.exists() and cluster.ctr("version"),
+                 60, "containerd")  # fmt: skip
+    cluster.load_images(list(cluster.system_images.values()))
+
+
+def _kubelet(cluster: Cluster) -> None:
+    state, plane = cluster.state, cluster.control_plane
+    pki, ca = state / "pki", _ca(cluster)
+    client_cert = _write_cert(
+        pki, "kubelet-client", ca.issue(f"system:node:{NODE_NAME}", ("system:nodes",))
+    )
+    _write_cert(
+        pki, "kubelet-serving", ca.issue(NODE_NAME, hosts=(NODE_IP, NODE_NAME), server=True)
+    )
+    kubeconfig = _kubeconfig(plane, *client_cert, state / "kubelet.kubeconfig")
+    (state / "resolv.conf").write_text("# pods get cluster DNS only (nothing is forwarded)\n")
+    config = host.render(
+        Path("kubelet.yaml"), state / "kubelet.yaml", NODE_IP=NODE_IP, PORT=free_port(),
+        HEALTHZ_PORT=free_port(), PKI=pki, CA_FILE=plane.ca_file, STATE=state,
+        CLUSTER_DOMAIN=controlplane.CLUSTER_DOMAIN, DNS_IP=host.DNS_IP,
+    )  # fmt: skip
+    cluster.spawn(
+        "kubelet",
+        [
+            str(part("kubernetes-node") / "bin" / "kubelet"),
+            f"--config={config}",
+            f"--kubeconfig={kubeconfig}",
+            f"--root-dir={state / 'kubelet'}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={NODE_IP}",
+            "--v=1",
+        ],
+        _node_env(state),
+    )
+    try:
+        cluster.wait("the kubelet's node", lambda: _node_ready(cluster), 180, "kubelet")
+    finally:
+        # the kubelet has set its kernel tunables by now: the host gets its own back
+        host.restore_sysctls(cluster.sysctls)
+
+
+def _node_ready(cluster: Cluster) -> bool:
+    from kubernetes import client
+
+    node = client.CoreV1Api(cluster.api_client()).read_node(NODE_NAME)
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def _kube_proxy(cluster: Cluster) -> None:
+    state, plane = cluster.state, cluster.control_plane
+    cert = _write_cert(state / "pki", "kube-proxy", _ca(cluster).issue("system:kube-proxy"))
+    config = host.render(
+        Path("kube-proxy.yaml"), state / "kube-proxy.yaml",
+        KUBECONFIG=_kubeconfig(plane, *cert, state / "kube-proxy.kubeconfig"),
+        NODE_NAME=NODE_NAME, POD_CIDR=host.POD_CIDR, NODE_IP=NODE_IP,
+        HEALTHZ_PORT=free_port(), METRICS_PORT=free_port(),
+    )  # fmt: skip
+    binary = part("kubernetes-node") / "bin" / "kube-proxy"
+    cluster.spawn("kube-proxy", [str(binary), f"--config={config}", "--v=1"], _node_env(state))
+    cluster.wait(
+        "kube-proxy's rules for the kubernetes Service",
+        lambda: "10.96.0.1" in host.run("nft", "list", "table", "ip", "kube-proxy").stdout,
+        90,
+        "kube-proxy",
+    )
 
 
 def _write_cert(folder: Path, name: str, pair: tuple[bytes, bytes]) -> tuple[Path, Path]:
@@ -357,180 +376,10 @@ def _write_cert(folder: Path, name: str, pair: tuple[bytes, bytes]) -> tuple[Pat
     return cert, key
 
 
-def _kubeconfig(plane_url: str, ca_file: Path, cert: Path, key: Path, path: Path) -> Path:
-    path.write_text(
-        controlplane._kubeconfig(
-            plane_url, ca_file, {"client-certificate": str(cert), "client-key": str(key)}
-        )
-    )
+def _kubeconfig(plane: controlplane.ControlPlane, cert: Path, key: Path, path: Path) -> Path:
+    user = {"client-certificate": str(cert), "client-key": str(key)}
+    path.write_text(controlplane._kubeconfig(plane.url, plane.ca_file, user))
     return path
-
-
-# -------------------------------------------------------------------------------- containerd
-
-
-def _containerd_config(state: Path) -> Path:
-    run = state / "run"
-    cni = state / "cni"
-    (cni / "net.d").mkdir(parents=True, exist_ok=True)
-    (cni / "net.d" / "10-tfrs.conflist").write_text(
-        json.dumps(
-            {
-                "cniVersion": "1.0.0",
-                "name": "tfrs",
-                "plugins": [
-                    {
-                        "type": "bridge",
-                        "bridge": BRIDGE,
-                        # not the gateway: the plugin would then switch on the host-wide
-                        # ip_forward; the bridge already has the node's address
-                        "isGateway": False,
-                        "ipMasq": False,
-                        "hairpinMode": True,
-                        "ipam": {
-                            "type": "host-local",
-                            "dataDir": str(cni / "ipam"),
-                            "ranges": [
-                                [{"subnet": POD_CIDR, "rangeStart": "10.244.0.10",
-                                  "gateway": NODE_IP}]
-                            ],
-                            # no default route: a pod reaches pods, Services and the node only
-                            "routes": [{"dst": controlplane.SERVICE_CIDR, "gw": NODE_IP}],
-                        },
-                    }
-                ],
-            },
-            indent=2,
-        )
-    )  # fmt: skip
-    pause_tag = (part("pause") / "TAG").read_text().strip()
-    config = state / "containerd.toml"
-    config.write_text(
-        f"""version = 3
-root = "{state / "containerd"}"
-state = "{run / "containerd"}"
-temp = "{state / "tmp"}"
-
-[grpc]
-  address = "{run / "containerd.sock"}"
-
-[ttrpc]
-  address = "{run / "containerd.sock.ttrpc"}"
-
-[plugins]
-  [plugins.'io.containerd.internal.v1.opt']
-    path = "{state / "opt"}"
-  [plugins.'io.containerd.nri.v1.nri']
-    disable = true
-  [plugins.'io.containerd.cri.v1.images']
-    snapshotter = "overlayfs"
-    [plugins.'io.containerd.cri.v1.images'.pinned_images]
-      sandbox = "registry.k8s.io/pause:{pause_tag}"
-  [plugins.'io.containerd.cri.v1.runtime']
-    netns_mounts_under_state_dir = true
-    # no CAP_SYS_RESOURCE here (a sandboxed VM): the kubelet's negative oom_score_adj for
-    # sandboxes and Guaranteed pods would fail in runc ("failed to update
-    # /proc/self/oom_score_adj: Permission denied"); containerd raises them to its own
-    restrict_oom_score_adj = true
-    [plugins.'io.containerd.cri.v1.runtime'.containerd]
-      default_runtime_name = "runc"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-          BinaryName = "{part("runc") / "bin" / "runc"}"
-          Root = "{run / "runc"}"
-          SystemdCgroup = false
-    [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ["{part("cni-plugins") / "bin"}"]
-      conf_dir = "{cni / "net.d"}"
-  [plugins.'io.containerd.grpc.v1.cri']
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-"""
-    )
-    return config
-
-
-# ---------------------------------------------------------------------------------- the node
-
-
-def _kubelet_config(state: Path, pki: Path, ca_file: Path, port: int, healthz: int) -> Path:
-    (state / "resolv.conf").write_text("# pods get cluster DNS only (nothing is forwarded)\n")
-    config = {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        # cgroup v1 (this machine's hierarchy): deprecated, still supported when asked for
-        "failCgroupV1": False,
-        "cgroupDriver": "cgroupfs",
-        "address": NODE_IP,
-        "port": port,
-        "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
-        "healthzPort": healthz,
-        "tlsCertFile": str(pki / "kubelet-serving.crt"),
-        "tlsPrivateKeyFile": str(pki / "kubelet-serving.key"),
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": True},
-            "x509": {"clientCAFile": str(ca_file)},
-        },
-        "authorization": {"mode": "Webhook"},
-        "clusterDomain": controlplane.CLUSTER_DOMAIN,
-        "clusterDNS": [DNS_IP],
-        "resolvConf": str(state / "resolv.conf"),
-        "containerRuntimeEndpoint": f"unix://{state / 'run' / 'containerd.sock'}",
-        "podLogsDir": str(state / "pod-logs"),
-        "failSwapOn": False,
-        "serializeImagePulls": False,
-        # the disk is shared with other work: never evict pods or delete the images loaded
-        # here because someone else's files fill it
-        "imageGCHighThresholdPercent": 100,
-        "imageGCLowThresholdPercent": 99,
-        "evictionHard": {
-            "memory.available": "100Mi",
-            "nodefs.available": "1%",
-            "imagefs.available": "1%",
-            "nodefs.inodesFree": "1%",
-        },
-        "maxPods": 60,
-        "syncFrequency": "10s",
-        "fileCheckFrequency": "10s",
-    }
-    path = state / "kubelet.yaml"
-    path.write_text(json.dumps(config, indent=2))
-    return path
-
-
-def _kube_proxy_config(state: Path, kubeconfig: Path) -> Path:
-    config = {
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-        "kind": "KubeProxyConfiguration",
-        "mode": "nftables",
-        "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "hostnameOverride": NODE_NAME,
-        "clusterCIDR": POD_CIDR,
-        "healthzBindAddress": f"127.0.0.1:{controlplane._free_port()}",
-        "metricsBindAddress": f"127.0.0.1:{controlplane._free_port()}",
-        # NodePorts on the bridge's address only, not on the machine's other interfaces
-        "nodePortAddresses": [f"{NODE_IP}/32"],
-        # zero: leave the host's conntrack limits and timeouts as they are
-        "conntrack": {
-            "maxPerCore": 0,
-            "min": 0,
-            "tcpEstablishedTimeout": "0s",
-            "tcpCloseWaitTimeout": "0s",
-        },
-    }
-    path = state / "kube-proxy.yaml"
-    path.write_text(json.dumps(config, indent=2))
-    return path
-
-
-def _node_ready(cluster: Cluster) -> bool:
-    from kubernetes import client
-
-    node = client.CoreV1Api(cluster.api_client()).read_node(NODE_NAME)
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
 # ------------------------------------------------------------------------------ system images
@@ -570,340 +419,108 @@ def build_system_images() -> dict[str, str]:
     return names
 
 
+def _system_images(cluster: Cluster) -> None:
+    cluster.system_images = build_system_images()
+
+
 # -------------------------------------------------------------------------------------- up
 
 
-def up(state: Path | None = None, trainer: bool = True, suite_images: tuple[str, ...] = ()):
-    """Bring the cluster up (or return the one already running from ``state``)."""
-    state = state or state_dir()
-    running = Cluster.load(state)
-    if running is not None:
-        if all(running.alive().values()):
-            if suite_images:
-                running.load_images(list(suite_images))
-            if trainer:
-                install_trainer(running)
-            return running
-        down(state)
-    preflight()
-    started = time.monotonic()
-    for sub in ("logs", "run", "pki", "tmp", "pod-logs"):
-        (state / sub).mkdir(parents=True, exist_ok=True)
-    sysctls = _read_sysctls()
-    (state / "sysctls.json").write_text(json.dumps(sysctls))
-    names = build_system_images()
-    _network_up(state)
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of bringing the cluster up.
 
-    pki = state / "pki"
-    ca = controlplane._CA()
-    apiserver_kubelet = _write_cert(
-        pki,
-        "apiserver-kubelet-client",
-        ca.issue("kube-apiserver-kubelet-client", ("system:masters",)),
-    )
-    plane = controlplane.start(
-        state / "control-plane",
-        part("kubernetes"),
-        part("etcd"),
-        address=NODE_IP,
-        ca=ca,
-        extra_args={
-            "kube-apiserver": [
-                f"--kubelet-client-certificate={apiserver_kubelet[0]}",
-                f"--kubelet-client-key={apiserver_kubelet[1]}",
-                "--kubelet-preferred-address-types=InternalIP",
-                # a real address: the API server keeps `kubernetes.default`'s endpoints
-                "--endpoint-reconciler-type=lease",
-            ],
-            # a real node: the node lifecycle controller runs as in any cluster
-            "kube-controller-manager": ["--controllers=*"],
-        },
-        # the cluster outlives `make cluster-up`
-        die_with_parent=False,
-    )
-    cluster = Cluster(
-        state,
-        plane,
-        {name: p.pid for name, p in plane.processes.items()},
-        names,
-    )
-    cluster.save()
-    try:
-        _start_node(cluster, ca, pki, sysctls)
-        _install_dns(cluster)
-        if suite_images:
-            cluster.load_images(list(suite_images))
-        if trainer:
-            install_trainer(cluster)
-    except BaseException:
+    Attributes:
+        name: What it does, as the progress line says it.
+        run: Does it, given the cluster as the steps before left it.
+
+    """
+
+    name: str
+    run: Callable[[Cluster], None]
+
+
+def _preflight(cluster: Cluster) -> None:
+    host.preflight()
+
+
+def _network(cluster: Cluster) -> None:
+    cluster.sysctls = host.read_sysctls()
+    host.network_up(cluster.state)
+
+
+#: The node itself, in order; :func:`up` runs the add-ons' steps after these.
+STEPS = (
+    Step("preflight", _preflight),
+    Step("system images", _system_images),
+    Step("network", _network),
+    Step("control plane", _control_plane),
+    Step("containerd", _containerd),
+    Step("kubelet", _kubelet),
+    Step("kube-proxy", _kube_proxy),
+)
+
+
+def run_steps(cluster: Cluster, steps: tuple[Step, ...] | list[Step]) -> None:
+    """Run each step not done yet, in order: time it, say it, save the state after it."""
+    for step in steps:
+        if step.name in cluster.steps:
+            continue
+        started = time.monotonic()
+        try:
+            step.run(cluster)
+        except Exception as exc:
+            cluster.save()
+            raise ClusterError(f"{step.name}: {exc}") from exc
+        cluster.steps[step.name] = round(time.monotonic() - started, 1)
         cluster.save()
-        raise
-    cluster.save()
-    print(f"cluster up in {time.monotonic() - started:.0f} s; KUBECONFIG={plane.admin_kubeconfig}")
+        print(f"  {step.name}: {cluster.steps[step.name]:.0f} s", flush=True)
+
+
+def up(
+    state: Path | None = None,
+    trainer: bool = True,
+    kfp: bool = True,
+    suite_images: tuple[str, ...] = (),
+) -> Cluster:
+    """Bring the cluster up, or take the one running from ``state`` on: run every step it has
+    not done yet, the add-ons asked for included."""
+    from cluster import addons
+
+    state = state or state_dir()
+    cluster = Cluster.load(state)
+    if cluster is not None and not all(cluster.alive().values()):
+        down(state)
+        cluster = None
+    if cluster is None:
+        for sub in ("logs", "run", "pki", "tmp", "pod-logs"):
+            (state / sub).mkdir(parents=True, exist_ok=True)
+        cluster = Cluster(state)
+    started = time.monotonic()
+    steps = [*STEPS, *addons.steps(trainer=trainer, kfp=kfp)]
+    if suite_images:
+        steps.append(Step("suite images", lambda c: c.load_images(list(suite_images))))
+        cluster.steps.pop("suite images", None)  # loads only what changed: run it each time
+    todo = [s.name for s in steps if s.name not in cluster.steps]
+    run_steps(cluster, steps)
+    if todo:
+        print(f"cluster up in {time.monotonic() - started:.0f} s; "
+              f"KUBECONFIG={cluster.control_plane.admin_kubeconfig}")  # fmt: skip
     return cluster
 
 
-def _node_env(state: Path) -> dict[str, str]:
-    """The environment of containerd, the kubelet and kube-proxy.
+def add(cluster: Cluster, trainer: bool = False, kfp: bool = False) -> Cluster:
+    """Install the add-ons asked for on a running cluster, where not done yet."""
+    from cluster import addons
 
-    containerd finds its shim, the shim its runc, on ``PATH``. And ``PATH`` holds no
-    ``iptables``: where it finds one, the kubelet adds chains and a rule of its own to the
-    host's ``filter`` table (``KUBE-FIREWALL`` in ``INPUT`` and ``OUTPUT``) and kube-proxy
-    cleans up other modes' iptables chains; the host's tables are not the cluster's to change.
-    kube-proxy needs ``nft``, which sits beside ``iptables`` in ``/usr/sbin``, so it gets a
-    folder of its own.
-    """
-    tools = state / "bin"
-    tools.mkdir(exist_ok=True)
-    nft = tools / "nft"
-    if not nft.exists():
-        nft.symlink_to(shutil.which("nft") or "/usr/sbin/nft")
-    path = [tools, part("containerd") / "bin", part("runc") / "bin"]
-    return {**os.environ, "PATH": ":".join([*map(str, path), "/usr/local/bin", "/usr/bin", "/bin"])}
-
-
-def _start_node(cluster: Cluster, ca: Any, pki: Path, sysctls: dict[str, str]) -> None:
-    state, plane = cluster.state, cluster.plane
-    env = _node_env(state)
-    cluster.pids["containerd"] = _spawn(
-        state, "containerd", [str(part("containerd") / "bin" / "containerd"),
-                              "--config", str(_containerd_config(state))], env,
-    )  # fmt: skip
-    _wait(
-        "containerd",
-        lambda: cluster.containerd_socket.exists() and bool(cluster.ctr("version")),
-        60,
-        lambda: cluster.alive()["containerd"],
-        lambda: _tail(state, "containerd"),
-    )
-    cluster.save()
-    cluster.load_images(list(cluster.system_images.values()))
-
-    kubelet_client = _write_cert(
-        pki, "kubelet-client", ca.issue(f"system:node:{NODE_NAME}", ("system:nodes",))
-    )
-    _write_cert(
-        pki, "kubelet-serving", ca.issue(NODE_NAME, hosts=(NODE_IP, NODE_NAME), server=True)
-    )
-    kubelet_kubeconfig = _kubeconfig(plane.url, plane.ca_file, *kubelet_client,
-                                     state / "kubelet.kubeconfig")  # fmt: skip
-    config = _kubelet_config(state, pki, plane.ca_file, controlplane._free_port(),
-                             controlplane._free_port())  # fmt: skip
-    cluster.pids["kubelet"] = _spawn(
-        state,
-        "kubelet",
-        [
-            str(part("kubernetes-node") / "bin" / "kubelet"),
-            f"--config={config}",
-            f"--kubeconfig={kubelet_kubeconfig}",
-            f"--root-dir={state / 'kubelet'}",
-            f"--hostname-override={NODE_NAME}",
-            f"--node-ip={NODE_IP}",
-            "--v=1",
-        ],
-        env,
-    )
-    cluster.save()
-    try:
-        _wait(
-            "the kubelet's node",
-            lambda: _node_ready(cluster),
-            180,
-            lambda: cluster.alive()["kubelet"],
-            lambda: _tail(state, "kubelet"),
-        )
-    finally:
-        # the kubelet has set its kernel tunables by now: the host gets its own back
-        _restore_sysctls(sysctls)
-
-    proxy_cert = _write_cert(pki, "kube-proxy", ca.issue("system:kube-proxy"))
-    proxy_kubeconfig = _kubeconfig(plane.url, plane.ca_file, *proxy_cert,
-                                   state / "kube-proxy.kubeconfig")  # fmt: skip
-    cluster.pids["kube-proxy"] = _spawn(
-        state,
-        "kube-proxy",
-        [
-            str(part("kubernetes-node") / "bin" / "kube-proxy"),
-            f"--config={_kube_proxy_config(state, proxy_kubeconfig)}",
-            "--v=1",
-        ],
-        env,
-    )
-    cluster.save()
-    _wait(
-        "kube-proxy's rules for the kubernetes Service",
-        lambda: "10.96.0.1" in _run("nft", "list", "table", "ip", "kube-proxy").stdout,
-        90,
-        lambda: cluster.alive()["kube-proxy"],
-        lambda: _tail(state, "kube-proxy"),
-    )
-
-
-# -------------------------------------------------------------------------------------- DNS
-
-
-def _install_dns(cluster: Cluster) -> None:
-    text = (HERE / "manifests" / "coredns.yaml").read_text()
-    text = text.replace("@IMAGE@", cluster.system_images["coredns"]).replace("@DNS_IP@", DNS_IP)
-    cluster.kubectl("apply", "--server-side", "--field-manager=tfrs-cluster", "-f", "-",
-                    stdin=text)  # fmt: skip
-    cluster.kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns",
-                    "--timeout=180s")  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------- Trainer
-
-
-def trainer_manifests(cluster: Cluster) -> str:
-    """The Trainer's standalone install (its ``overlays/manager``, JobSet included) as one stream.
-
-    The overlay takes JobSet from a GitHub release URL, which cannot be reached here; that
-    release file is JobSet's ``config/default`` built with its image set, and JobSet's module
-    holds that kustomization. So both modules' manifests are copied out of the module cache and
-    the overlay's one remote resource is pointed at the copy; nothing else differs.
-    """
-    pins = controlplane.versions()
-    root = cluster.state / "manifests"
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(
-        _module_dir(f"github.com/kubeflow/trainer/v2@{pins['TRAINER_VERSION']}") / "manifests",
-        root / "trainer",
-    )
-    shutil.copytree(_module_dir(f"sigs.k8s.io/jobset@{pins['JOBSET_VERSION']}") / "config",
-                    root / "jobset")  # fmt: skip
-    for path in root.rglob("*"):
-        path.chmod(path.stat().st_mode | 0o200)
-    third_party = root / "trainer" / "third-party" / "jobset" / "kustomization.yaml"
-    text = third_party.read_text()
-    release = (
-        "https://github.com/kubernetes-sigs/jobset/releases/download/"
-        f"{pins['JOBSET_VERSION']}/manifests.yaml"
-    )
-    if release not in text:
-        raise ClusterError(f"{third_party} no longer names {release}: see what it installs")
-    name, tag = cluster.system_images["jobset"].rsplit(":", 1)
-    text = text.replace(release, "../../../jobset/default").replace(
-        "images:\n",
-        # config/default names its image controller:latest (the release sets it)
-        f"images:\n  - name: controller\n    newName: {name}\n    newTag: {tag}\n",
-        1,
-    )
-    third_party.write_text(text)
-    return cluster.kubectl("kustomize", str(root / "trainer" / "overlays" / "manager")).stdout
-
-
-def _module_dir(module: str) -> Path:
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", module],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    ).stdout
-    return Path(json.loads(out)["Dir"])
-
-
-def install_trainer(cluster: Cluster) -> None:
-    """JobSet, the Trainer's controller and CRDs, and our ClusterTrainingRuntime; wait for them."""
-    stream = trainer_manifests(cluster)
-    cluster.kubectl("apply", "--server-side", "--force-conflicts",
-                    "--field-manager=tfrs-cluster", "-f", "-", stdin=stream)  # fmt: skip
-    for deployment in ("jobset-controller-manager", "kubeflow-trainer-controller-manager"):
-        cluster.kubectl("-n", "kubeflow-system", "rollout", "status", f"deployment/{deployment}",
-                        "--timeout=300s")  # fmt: skip
-    runtime = cluster.kubectl("kustomize", str(REPO / "k8s" / "trainer-runtime")).stdout
-    # the webhooks answer a little after the deployments are ready
-    _wait(
-        "the TensorFlow ClusterTrainingRuntime (the Trainer's webhook)",
-        lambda: cluster.kubectl("apply", "--server-side", "--field-manager=tfrs-cluster",
-                                "-f", "-", stdin=runtime).returncode == 0,
-        120,
-    )  # fmt: skip
+    run_steps(cluster, addons.steps(trainer=trainer, kfp=kfp))
+    return cluster
 
 
 # ------------------------------------------------------------------------------------- down
 
-
-def _kill(pid: int, name: str, timeout: float = 20) -> None:
-    if not _running(pid, name):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _running(pid, name) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _running(pid, name):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    # reap it where it is our child (a test session that brought the cluster up)
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _cgroup_roots() -> list[Path]:
-    """``/sys/fs/cgroup/<controller>/kubepods`` (v1) or ``/sys/fs/cgroup/kubepods`` (v2)."""
-    base = Path("/sys/fs/cgroup")
-    roots = [d / "kubepods" for d in base.iterdir() if (d / "kubepods").is_dir()]
-    if (base / "kubepods").is_dir():
-        roots.append(base / "kubepods")
-    return roots
-
-
-def _kill_pods() -> None:
-    """SIGKILL every process in the kubelet's pod cgroups, then remove those cgroups."""
-    for _ in range(20):
-        pids = set()
-        for root in _cgroup_roots():
-            for procs in root.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError):
-                    pids.update(int(p) for p in procs.read_text().split())
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
-    for root in _cgroup_roots():
-        for folder in sorted(
-            (p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-        ):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        with contextlib.suppress(OSError):
-            root.rmdir()
-
-
 #: What the cluster runs (anything else naming the state folder, a `tail -f` of a log, is left).
 _PROGRAMS = {*PROCESSES, "containerd-shim-runc-v2"}
-
-
-def _ours(state: Path) -> dict[int, str]:
-    """``pid -> program`` of the processes whose command line names the state folder: the
-    shims of our containerd (its socket), and any part of ours that a failed start did not get
-    to record (etcd's data folder, the API server's certificates are under it)."""
-    needle = str(state.resolve()).encode()
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            program = Path(argv[0].decode()).name
-            if program in _PROGRAMS and any(needle in arg for arg in argv[1:]):
-                found[int(proc.name)] = program
-    return found
-
-
-def _unmount_under(folder: Path) -> None:
-    """Unmount everything mounted under ``folder`` (deepest first)."""
-    prefix = str(folder.resolve()) + "/"
-    mounts = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].encode().decode("unicode_escape")
-        if point.startswith(prefix):
-            mounts.append(point)
-    for point in sorted(set(mounts), key=len, reverse=True):
-        _run("umount", "--lazy", point, check=False)
 
 
 def down(state: Path | None = None) -> None:
@@ -913,20 +530,19 @@ def down(state: Path | None = None) -> None:
     pids = cluster.pids if cluster else {}
     for name in ("kube-proxy", "kubelet"):
         if name in pids:
-            _kill(pids[name], name)
-    _kill_pods()
+            host.kill(pids[name], name)
+    host.kill_pods()
     if "containerd" in pids:
-        _kill(pids["containerd"], "containerd")
+        host.kill(pids["containerd"], "containerd")
     for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
         if name in pids:
-            _kill(pids[name], name)
-    for pid, program in _ours(state).items():  # shims, and what a failed start left
-        _kill(pid, program, timeout=5)
-    _kill_pods()
-    _network_down()
-    saved = state / "sysctls.json"
-    if saved.exists():
-        _restore_sysctls(json.loads(saved.read_text()))
+            host.kill(pids[name], name)
+    for pid, program in host.processes_naming(state, _PROGRAMS).items():
+        host.kill(pid, program, timeout=5)  # shims, and what a failed start left
+    host.kill_pods()
+    host.network_down()
+    if cluster is not None and cluster.sysctls:
+        host.restore_sysctls(cluster.sysctls)
     if state.exists():
-        _unmount_under(state)
+        host.unmount_under(state)
         shutil.rmtree(state, ignore_errors=True)

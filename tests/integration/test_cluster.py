@@ -135,7 +135,7 @@ def test_pods_reach_the_api_server_as_kubernetes_default(one_node_cluster):
     slices = client.DiscoveryV1Api(one_node_cluster.api_client()).list_namespaced_endpoint_slice(
         "default", label_selector="kubernetes.io/service-name=kubernetes"
     )
-    from cluster.node import NODE_IP
+    from cluster.host import NODE_IP
 
     assert [a for s in slices.items for e in s.endpoints for a in e.addresses] == [NODE_IP]
 
@@ -152,3 +152,20 @@ def test_the_node_is_the_pinned_release_on_containerd(one_node_cluster):
     assert info.kubelet_version == pins["KUBERNETES_VERSION"]
     assert info.container_runtime_version == f"containerd://{pins['CONTAINERD_VERSION'][1:]}"
     assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+
+def test_the_cluster_outlives_the_process_that_brought_it_up(one_node_cluster):
+    """`make cluster-up` exits once the cluster is up; every process it started, etcd
+    included, keeps running for the `kubectl` and test sessions that come after. The session's
+    fixture brought this cluster up in a process of its own that has ended (as `make
+    cluster-up` does), and this test reads it from another: each process is alive and the API
+    server answers (it did not when etcd was tied to the process that started it)."""
+    from cluster import node
+
+    cluster = node.Cluster.load()
+    assert cluster is not None
+    assert set(cluster.alive()) == set(node.PROCESSES)
+    assert all(cluster.alive().values()), cluster.alive()
+    nodes = cluster.kubectl("get", "nodes", "-o", "name", "--request-timeout=20s").stdout
+    assert nodes.split() == ["node/tfrs-node"]
+    assert list(cluster.steps)[: len(node.STEPS)] == [s.name for s in node.STEPS]

@@ -51,7 +51,7 @@ def trainer_installed(one_node_cluster):
     """The cluster with JobSet, the Trainer and our ClusterTrainingRuntime installed."""
     from cluster import node
 
-    node.install_trainer(one_node_cluster)
+    node.add(one_node_cluster, trainer=True)
     return one_node_cluster
 
 

@@ -15,7 +15,8 @@ from support import api_calls, launch_as, write_csv
 
 from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
-from realparts.local_operator import LocalOperator, node_program, wait_for
+from realparts.local_operator import LocalOperator, node_program
+from realparts.processes import wait_for
 from realparts.standins import Kubelet
 from tfrecord_suite import images
 from tfrecord_suite.errors import RetryWillNotHelp, UserError

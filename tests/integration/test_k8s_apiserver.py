@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from realparts import standins
+from realparts.processes import wait_for
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.data_service import DataServiceLauncher, objects
 from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher, job_name
@@ -211,7 +212,7 @@ def installed(kubeflow):
             q.status and set(q.spec.hard) <= set(q.status.used or {}) for q in quotas
         )
 
-    _wait_for(counted, timeout=120, what="the quota controller counts our quotas")
+    wait_for(counted, timeout=120, what="the quota controller counts our quotas")
     return kubeflow
 
 
@@ -236,22 +237,14 @@ def _exists(k8s, kind, namespace: str, name: str) -> bool:
 
 def _wait_gone(k8s, kind, namespace: str, name: str) -> None:
     """Deleted with foreground propagation, a job goes once the collector removed its pods."""
-    _wait_for(lambda: not _exists(k8s, kind, namespace, name), what=f"{kind.kind} {name} deleted")
-
-
-def _wait_for(predicate, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.2)
+    wait_for(lambda: not _exists(k8s, kind, namespace, name), what=f"{kind.kind} {name} deleted")
 
 
 def _operate(k8s, kind, namespace, name, state, failing_node=None) -> threading.Thread:
     """In the background, once the launcher created the job: play its operator to ``state``."""
 
     def run():
-        _wait_for(lambda: _exists(k8s, kind, namespace, name), what=f"{kind.kind} {name}")
+        wait_for(lambda: _exists(k8s, kind, namespace, name), what=f"{kind.kind} {name}")
         standins.play_operator(
             k8s.api_client(), kind, namespace, name, state, "done", failing_node=failing_node
         )
@@ -307,7 +300,7 @@ def test_the_run_account_runs_its_data_service(installed, install):
         with retried:
             pass
     apps = client.AppsV1Api(installed.api_client())
-    _wait_for(
+    wait_for(
         lambda: not [s for s in apps.list_namespaced_stateful_set(ns).items
                      if s.metadata.name.startswith(name)],
         what="the data service's StatefulSets deleted",
@@ -483,7 +476,7 @@ def test_deleting_the_step_pod_makes_the_garbage_collector_delete_its_job(instal
     core.delete_namespaced_pod(owner["name"], ns)
     _wait_gone(installed, kind, ns, config.name)
     remaining = {p.metadata.name for p in core.list_namespaced_pod(ns).items}
-    _wait_for(lambda: not set(pods) & {p.metadata.name for p in core.list_namespaced_pod(ns).items},
+    wait_for(lambda: not set(pods) & {p.metadata.name for p in core.list_namespaced_pod(ns).items},
               what="the job's pods collected")  # fmt: skip
     assert owner["name"] not in remaining
 
@@ -503,7 +496,7 @@ def test_deleting_the_step_pod_makes_the_garbage_collector_delete_its_data_servi
     client.CoreV1Api(installed.api_client()).delete_namespaced_pod(owner["name"], ns)
     apps = client.AppsV1Api(installed.api_client())
     core = client.CoreV1Api(installed.api_client())
-    _wait_for(
+    wait_for(
         lambda: not [s for s in apps.list_namespaced_stateful_set(ns).items
                      if s.metadata.name.startswith(name)]
         and not [s for s in core.list_namespaced_service(ns).items if s.metadata.name == name],
@@ -550,7 +543,7 @@ def test_a_cancelled_launcher_deletes_its_job(installed, kind, tmp_path):
                 )
             return _exists(installed, kind, ns, config.name)
 
-        _wait_for(created, what="job created")
+        wait_for(created, what="job created")
         standins.play_operator(installed.api_client(), kind, ns, config.name, "Running")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -692,7 +685,7 @@ def test_a_killed_launcher_leaves_nothing_past_its_lease(installed, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        _wait_for(lambda: name in alive() or proc.poll() is not None, timeout=120,
+        wait_for(lambda: name in alive() or proc.poll() is not None, timeout=120,
                   what="the TrainJob created")  # fmt: skip
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(14)  # past the lease's first deadline (8 s): renewed, all still there
@@ -701,7 +694,7 @@ def test_a_killed_launcher_leaves_nothing_past_its_lease(installed, tmp_path):
         proc.kill()
         proc.wait()
         killed = time.monotonic()
-        _wait_for(lambda: not alive(), timeout=90, what=f"nothing left of {name}")
+        wait_for(lambda: not alive(), timeout=90, what=f"nothing left of {name}")
         gone_after = time.monotonic() - killed
     finally:
         if proc.poll() is None:
@@ -776,7 +769,7 @@ def test_the_priority_class_is_admitted_only_where_a_quota_scoped_to_it_allows(
         q = core.read_namespaced_resource_quota("tfrecord-suite-priority", "with-quota")
         return bool(q.status and q.status.used is not None and "pods" in q.status.used)
 
-    _wait_for(counted, timeout=120, what="the quota controller counts the scoped quota")
+    wait_for(counted, timeout=120, what="the quota controller counts the scoped quota")
     limit = int(quota[0]["spec"]["hard"]["pods"])
     for i in range(limit):
         assert create("with-quota", pod(f"p{i}", name)) == ""

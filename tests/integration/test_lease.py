@@ -20,7 +20,7 @@ import textwrap
 import pytest
 from support import api_calls
 
-from realparts.local_operator import wait_for
+from realparts.processes import wait_for
 from realparts.standins import Kubelet
 from tfrecord_suite.launch.job import JobError
 from tfrecord_suite.launch.lease import Lease

@@ -17,7 +17,8 @@ from support import api_calls, kept, launch_as
 
 from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
-from realparts.local_operator import LocalOperator, node_program, wait_for
+from realparts.local_operator import LocalOperator, node_program
+from realparts.processes import wait_for
 from tfrecord_suite import flags
 from tfrecord_suite.io import storage
 from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobError, JobLauncher, job_name

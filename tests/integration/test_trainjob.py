@@ -22,7 +22,8 @@ from support import api_calls, kept, launch_as, launcher_account
 
 from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
-from realparts.local_operator import LocalOperator, node_program, wait_for
+from realparts.local_operator import LocalOperator, node_program
+from realparts.processes import wait_for
 from tfrecord_suite import images
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.job import (

@@ -24,10 +24,12 @@ import ipaddress
 import json
 import os
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from realparts import processes
+from realparts.processes import free_port, wait_for
 
 HERE = Path(__file__).resolve().parent
 CLUSTER_DOMAIN = "cluster.local"
@@ -207,14 +209,6 @@ class _CA:
 # -------------------------------------------------------------------------------- the processes
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclasses.dataclass
 class ControlPlane:
     """A running control plane: where it is, how to reach it as whom, and its processes."""
@@ -370,6 +364,18 @@ class ControlPlane:
         """Each process's exit code (None while it runs)."""
         return {name: p.poll() for name, p in self.processes.items()}
 
+    def running(self) -> bool:
+        """Whether every process still runs."""
+        return all(code is None for code in self.alive().values())
+
+    def failure_log(self, waited_on: str) -> str:
+        """For a failed start: the log of the first process that exited (with its code), or
+        else of the one waited on."""
+        for name, code in self.alive().items():
+            if code is not None:
+                return f"{name} exited {code}:\n{self.log(name)}"
+        return self.log(waited_on)
+
     def log(self, name: str, lines: int = 40) -> str:
         """The last lines of one process's log."""
         path = self.workdir / f"{name}.log"
@@ -437,49 +443,17 @@ def _override(argv: list[str], extra: list[str]) -> list[str]:
     return [a for a in argv if a.split("=", 1)[0] not in names] + list(extra)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the process that started it dies, so a test run
-    killed outright (no fixture teardown) leaves no server behind (Linux prctl). Not SIGTERM:
-    the API server's graceful shutdown waits on etcd, which is going too."""
-    import ctypes
-    import signal
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
-def _spawn(workdir: Path, name: str, argv: list[str], die_with_parent: bool = True):
-    log = open(workdir / f"{name}.log", "wb")
-    return subprocess.Popen(
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=_die_with_parent if die_with_parent else None,
-    )
-
-
 def _wait_ready(plane: ControlPlane, path: str, timeout: float, who: str) -> None:
     import ssl
 
     context = ssl.create_default_context(cafile=str(plane.ca_file))
-    token_free = urllib.request.Request(plane.url + path)
-    cert = plane.workdir / "admin.crt"
-    context.load_cert_chain(str(cert), str(plane.workdir / "admin.key"))
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        for name, code in plane.alive().items():
-            if code is not None:
-                raise RuntimeError(f"{name} exited {code} while starting:\n{plane.log(name)}")
-        try:
-            with urllib.request.urlopen(token_free, context=context, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError as exc:
-            last = str(exc)
-        time.sleep(0.5)
-    raise RuntimeError(f"{who} not ready after {timeout:.0f} s ({last}):\n{plane.log(who)}")
+    context.load_cert_chain(str(plane.workdir / "admin.crt"), str(plane.workdir / "admin.key"))
+
+    def answers() -> bool:
+        with urllib.request.urlopen(plane.url + path, context=context, timeout=5) as response:
+            return response.status == 200
+
+    wait_for(answers, timeout, who, alive=plane.running, log=lambda: plane.failure_log(who))
 
 
 def start(
@@ -506,7 +480,10 @@ def start(
     ca = ca or _CA()
 
     def spawn(name: str, argv: list[str]) -> subprocess.Popen:
-        return _spawn(workdir, name, _override(argv, extra.get(name, [])), die_with_parent)
+        # every process alike, etcd included: with die_with_parent=False (make cluster-up) none
+        # may be tied to the process that started it
+        argv = _override(argv, extra.get(name, []))
+        return processes.spawn(argv, workdir / f"{name}.log", die_with_parent=die_with_parent)
 
     ca_file = workdir / "ca.crt"
     ca_file.write_bytes(_pem_cert(ca.cert))
@@ -548,7 +525,7 @@ def start(
             }
         )
     )
-    etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
+    etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
     url = f"https://{address}:{api_port}"
     admin = _client_kubeconfig(
         url, workdir, ca, ca_file, "admin", "tfrs-admin", ("system:masters",)
@@ -557,8 +534,7 @@ def start(
         url=url, workdir=workdir, bin_dir=bin_dir, ca_file=ca_file, admin_kubeconfig=admin
     )
     etcd_url = f"http://127.0.0.1:{etcd_port}"
-    plane.processes["etcd"] = _spawn(
-        workdir,
+    plane.processes["etcd"] = spawn(
         "etcd",
         [
             str(etcd_dir / "bin" / "etcd"),
@@ -618,7 +594,7 @@ def start(
             f"--authentication-kubeconfig={manager}",
             f"--authorization-kubeconfig={manager}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={_free_port()}",
+            f"--secure-port={free_port()}",
             "--leader-elect=false",
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={workdir / 'sa.key'}",
@@ -647,7 +623,7 @@ def start(
             f"--authentication-kubeconfig={scheduler}",
             f"--authorization-kubeconfig={scheduler}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={_free_port()}",
+            f"--secure-port={free_port()}",
             "--leader-elect=false",
             "--v=0",
         ],
@@ -659,24 +635,14 @@ def start(
 def _wait_for_default_account(plane: ControlPlane, timeout: float) -> None:
     """The controller manager is working once it has made ``default``'s service account."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(plane.api_client())
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for name, code in plane.alive().items():
-            if code is not None:
-                raise RuntimeError(f"{name} exited {code} while starting:\n{plane.log(name)}")
-        try:
-            core.read_namespaced_service_account("default", "default")
-            return
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        time.sleep(0.5)
-    raise RuntimeError(
-        "the controller manager made no service account in time:\n"
-        + plane.log("kube-controller-manager")
+    wait_for(
+        lambda: core.read_namespaced_service_account("default", "default"),
+        timeout,
+        "the controller manager's first service account (default/default)",
+        alive=plane.running,
+        log=lambda: plane.failure_log("kube-controller-manager"),
     )
 
 

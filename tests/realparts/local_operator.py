@@ -42,18 +42,17 @@ import logging
 import os
 import re
 import secrets
-import socket
 import ssl
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from realparts.processes import free_port
 from realparts.standins import STAND_IN, write_pod_status
 
 _LOG = logging.getLogger(__name__)
@@ -393,7 +392,7 @@ class LocalOperator:
         count = trainer.get("numNodes") or runtime["spec"].get("mlPolicy", {}).get("numNodes", 1)
         name = job["metadata"]["name"]
         patched = _runtime_patch_labels(job, rjob["name"])
-        ports = [_free_port() for _ in range(count)]
+        ports = [free_port() for _ in range(count)]
         out = []
         for i in range(count):
             labels = {
@@ -433,7 +432,7 @@ class LocalOperator:
         ]
         cluster: dict[str, list[str]] = {}
         for rtype, _, _ in replicas:
-            cluster.setdefault(rtype.lower(), []).append(f"127.0.0.1:{_free_port()}")
+            cluster.setdefault(rtype.lower(), []).append(f"127.0.0.1:{free_port()}")
         out = []
         for rtype, i, spec in replicas:
             template = spec["template"]
@@ -617,21 +616,3 @@ def _tfjob_status(job: LocalJob, state: str, failed: list[LocalNode]) -> dict[st
         ],
         "replicaStatuses": counts,
     }  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
-    """Poll ``predicate`` until it is true; its value (fail after ``timeout`` seconds)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.2)

@@ -22,11 +22,11 @@ import os
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from realparts import controlplane
+from realparts.processes import free_port, wait_for
 
 RUNNERS = ("in_process", "prism", "flink", "spark")
 #: The parts build.sh builds for them.
@@ -57,12 +57,6 @@ def prism_binary(find: Callable[[str], Path | None] = controlplane.build) -> Pat
 def job_server_jar(kind: str, find: Callable[[str], Path | None] = controlplane.build) -> Path:
     """The launcher jar of the ``flink`` or ``spark`` job server build.sh assembled."""
     return find(kind) / "job-server.jar"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclasses.dataclass
@@ -97,7 +91,7 @@ class JobServer:
 def job_server(kind: str, timeout: float = 180.0) -> Iterator[JobServer]:
     """Start the ``kind`` job server on a free loopback port; stop it on exit."""
     jar = job_server_jar(kind)
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix=f"tfrs-{kind}-job-server-") as folder:
         log = os.path.join(folder, "job-server.log")
         command = [
@@ -121,17 +115,17 @@ def job_server(kind: str, timeout: float = 180.0) -> Iterator[JobServer]:
 
 
 def _wait_for_port(server: JobServer, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(
-                f"the {server.kind} job server exited ({server.process.returncode}):\n"
-                + server.log_tail()
-            )
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", server.port), 1):
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"the {server.kind} job server did not listen in {timeout:.0f} s")
+    def listens() -> bool:
+        with socket.create_connection(("127.0.0.1", server.port), 1):
+            return True
+
+    wait_for(
+        listens,
+        timeout,
+        f"the {server.kind} job server's port",
+        alive=lambda: server.process.poll() is None,
+        log=server.log_tail,
+    )
 
 
 def runner_args(name: str, stack: contextlib.ExitStack) -> list[str]:

@@ -18,41 +18,25 @@ import json
 import os
 import shutil
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
-from support import free_port, stop_process
+from support import stop_process
+
+from realparts import controlplane
+from realparts.processes import free_port, log_tail, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACCESS_KEY = "tfrs-test-key"
 SECRET_KEY = "tfrs-test-secret"
 
 
-def versions() -> dict[str, str]:
-    """The pinned versions (versions.env)."""
-    out = {}
-    with open(os.path.join(HERE, "versions.env")) as fh:
-        for line in fh:
-            name, sep, value = line.strip().partition("=")
-            if sep and not name.startswith("#"):
-                out[name] = value
-    return out
-
-
-def cache_root() -> str:
-    """Where build.sh puts what it builds."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.environ.get("TFRS_REALPARTS_CACHE") or os.path.join(
-        base, "tfrecord-suite", "realparts"
-    )
-
-
 def weed_binary(build: bool = True) -> str | None:
     """The ``weed`` binary of the pinned version; built (once, minutes) when ``build`` and Go is
     installed, else None when it is missing."""
-    folder = os.path.join(cache_root(), f"seaweedfs-{versions()['SEAWEEDFS_VERSION']}")
+    folder = os.path.join(
+        controlplane.cache_root(), f"seaweedfs-{controlplane.versions()['SEAWEEDFS_VERSION']}"
+    )
     binary = os.path.join(folder, "bin", "weed")
     if os.path.isfile(os.path.join(folder, ".complete")):
         return binary
@@ -152,7 +136,6 @@ def _wait_ready(server: SeaweedS3, timeout: float) -> None:
     """Until the gateway answers and a volume server has joined (a first write lands)."""
     import boto3
 
-    deadline = time.monotonic() + timeout
     client = boto3.session.Session().client(
         "s3",
         endpoint_url=server.endpoint,
@@ -160,17 +143,17 @@ def _wait_ready(server: SeaweedS3, timeout: float) -> None:
         aws_access_key_id=ACCESS_KEY,
         aws_secret_access_key=SECRET_KEY,
     )
-    while True:
-        if server.process.poll() is not None:
-            with open(server.log, errors="replace") as fh:
-                raise RuntimeError(f"weed exited: {fh.read()[-3000:]}")
-        try:
-            with contextlib.suppress(urllib.error.HTTPError):  # 403 without credentials: up
-                urllib.request.urlopen(server.endpoint, timeout=2).close()
-            client.create_bucket(Bucket="tfrs-ready")
-            client.put_object(Bucket="tfrs-ready", Key="probe", Body=b"ok")
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
+
+    def writes() -> bool:
+        client.create_bucket(Bucket="tfrs-ready")
+        client.put_object(Bucket="tfrs-ready", Key="probe", Body=b"ok")
+        return True
+
+    wait_for(
+        writes,
+        timeout,
+        "SeaweedFS's first write",
+        alive=lambda: server.process.poll() is None,
+        log=lambda: log_tail(Path(server.log)),
+        interval=0.3,
+    )
