@@ -115,7 +115,7 @@ release-files: $(STAMP)
 # cluster up for the session where none runs). docs/how-to/one-node-cluster.md says what they
 # prove and how long they take.
 CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
-CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev
+CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev busybox-static
 cluster-deps:
 	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then echo "installing $$missing from Debian"; \

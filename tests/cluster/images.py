@@ -138,7 +138,7 @@ def content_tag(*sources: Path) -> str:
     for source in sources:
         paths = sorted(source.rglob("*")) if source.is_dir() else [source]
         for path in paths:
-            if path.is_file():
+            if path.is_file() and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(source.parent)).encode() + b"\0")
                 digest.update(path.read_bytes())
     return digest.hexdigest()[:12]

@@ -23,12 +23,15 @@ Three RPCs the descriptor declares have no function in the wheel's extension
 ml-metadata 1.17.1): they answer UNIMPLEMENTED. KFP's driver and launcher client
 (backend/src/v2/metadata/client.go, as read) calls none of them; KFP's UI was not checked.
 
-What this cannot prove: upstream's C++ server's own flags (``--metadata_store_server_config_file``,
-``--grpc_channel_arguments``, ``--downgrade_db_schema_version``: not offered), TLS (the server
+Upstream's flags are taken under upstream's names too (``--grpc_port``, ``--mysql_config_*``,
+``--enable_database_upgrade=true``, ``--grpc_channel_arguments``), so upstream's Deployment runs
+it unchanged; the image puts it at upstream's ``/bin/metadata_store_server``.
+
+What this cannot prove: upstream's C++ server's other flags (``--metadata_store_server_config_file``,
+``--downgrade_db_schema_version``: not offered), TLS (the server
 here is plaintext only), its startup retries on ABORTED, its concurrency (it runs RPCs in
 parallel, each on its own database connection; here they run one at a time, see ``_LOCK``), and
-any connection handling of its own. gRPC's default 4 MiB receive limit applies, as it does
-upstream without ``--grpc_channel_arguments``.
+any connection handling of its own.
 
 Backends: SQLite at a file (``--sqlite-path``) and MySQL (``--mysql-host`` and the rest, as
 upstream's ``--mysql_config_*``; the wheel's extension is built with MySQL's client). Both are
@@ -189,6 +192,17 @@ def generic_handler(config: metadata_store_pb2.ConnectionConfig) -> grpc.Generic
     return grpc.method_handlers_generic_handler(SERVICE.full_name, handlers)
 
 
+def _channel_arguments(text: str) -> list[tuple[str, int | str]]:
+    """``a=1,b=x`` -> ``[("a", 1), ("b", "x")]``: gRPC options as upstream's flag gives them."""
+    options: list[tuple[str, int | str]] = []
+    for pair in filter(None, text.split(",")):
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{pair!r}: write name=value")
+        options.append((name.strip(), int(value) if value.strip().isdigit() else value.strip()))
+    return options
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: a port and exactly one store.
 
@@ -199,16 +213,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         The parsed flags.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # each flag also under upstream's name (metadata_store_server_main.cc), so upstream's
+    # Deployment (manifests/kustomize/base/metadata/base) runs this with its own command line
     parser.add_argument(
-        "--port", type=int, default=8080, help="port on 0.0.0.0 (0: any free one; logged)"
-    )
+        "--port", "--grpc_port", type=int, default=8080,
+        help="port on 0.0.0.0 (0: any free one; logged)",
+    )  # fmt: skip
     store = parser.add_mutually_exclusive_group(required=True)
     store.add_argument("--sqlite-path", help="SQLite database file (created if absent)")
-    store.add_argument("--mysql-host", help="MySQL host (upstream's --mysql_config_host)")
-    parser.add_argument("--mysql-port", type=int, default=3306)
-    parser.add_argument("--mysql-database", default="metadb")
-    parser.add_argument("--mysql-user", default="")
-    parser.add_argument("--mysql-password", default="")
+    store.add_argument("--mysql-host", "--mysql_config_host", help="MySQL host")
+    parser.add_argument("--mysql-port", "--mysql_config_port", type=int, default=3306)
+    parser.add_argument("--mysql-database", "--mysql_config_database", default="metadb")
+    parser.add_argument("--mysql-user", "--mysql_config_user", default="")
+    parser.add_argument("--mysql-password", "--mysql_config_password", default="")
+    parser.add_argument(
+        "--enable_database_upgrade", choices=("true",), default="true",
+        help="the schema is always created or upgraded at start (only true is taken)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--grpc_channel_arguments", type=_channel_arguments, default=[],
+        help="gRPC server options, upstream's form: name=value,name=value "
+        "(e.g. grpc.max_receive_message_length=104857600)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -220,7 +246,9 @@ def serve(args: argparse.Namespace) -> None:
     """
     config = connection_config(args)
     create_schema(config)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8), options=args.grpc_channel_arguments
+    )
     server.add_generic_rpc_handlers((generic_handler(config),))
     port = server.add_insecure_port(f"0.0.0.0:{args.port}")
     if port == 0:

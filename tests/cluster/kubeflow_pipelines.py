@@ -1,0 +1,264 @@
+"""Kubeflow Pipelines 2.17.0 on the one-node cluster: the last steps of :func:`node.up`.
+
+Upstream's multi-user install for any Kubernetes (``manifests/kustomize/env/
+platform-agnostic-multi-user`` of the release's source archive), changed only as
+``kfp/kustomization.yaml`` lists, with every image built here:
+
+* from the archive and the pinned modules (``tests/realparts/build.sh kfp``), under their
+  upstream names: the API server, persistence agent, scheduled-workflow controller, driver and
+  launcher (static Go, on BusyBox as upstream's are on Alpine), the UI (Node, built with npm),
+  Argo's workflow controller and executor;
+* stand-ins, renamed in the overlay, each saying why: MariaDB for MySQL, our gRPC server over the
+  ml-metadata wheel for ML Metadata's C++ server (``mlmd/``), grpcwebproxy for Envoy, SeaweedFS at
+  the suite's pin, Debian's netcat for Alpine's, the profile controller's Python.
+
+Then the profile namespace :data:`PROFILE`, as Kubeflow's profile controller makes it (its
+accounts and role bindings), labelled for Pod Security ``restricted`` and for Kubeflow
+Pipelines, and given what KFP's own profile controller (``sync.py``, running as upstream
+deploys it) returns for it: the harness posts the namespace to it as Metacontroller would, since
+Metacontroller cannot be built here, and applies what it answers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cluster import host, images
+from cluster.addons import copy_writable, point_at_copy
+from cluster.node import Cluster, Step, part
+from realparts import controlplane
+
+HERE = Path(__file__).resolve().parent
+OVERLAY = HERE / "kfp"
+NAMESPACE = "kubeflow"
+#: The profile namespace runs go to: Kubeflow's example profile, as k8s/overlays/multi-user has it
+PROFILE = "kubeflow-user-example-com"
+#: The profile's owner, as Kubeflow's example profile has it
+PROFILE_OWNER = "user@example.com"
+#: Kubeflow's own aggregated roles (kubeflow-admin, -edit, -view), which a profile's bindings
+#: name; from the kubeflow/manifests release the suite's docs target
+KUBEFLOW_ROLES = (
+    HERE.parent / "fakes" / "schemas" / "kubeflow-pipelines" / "kubeflow-manifests-v1.10.2"
+    / "kubeflow-roles.yaml"
+)  # fmt: skip
+
+
+def steps() -> list[Step]:
+    """Kubeflow Pipelines' steps of :func:`node.up`."""
+    return [
+        Step("Kubeflow Pipelines images", load_images),
+        Step("Kubeflow Pipelines", install),
+        Step(f"profile {PROFILE}", make_profile),
+    ]
+
+
+# ------------------------------------------------------------------------------------ images
+
+
+def _stand_in(name: str, context: Path, containerfile: Path | None = None) -> str:
+    """A stand-in image built from a Containerfile, tagged with the digest of its sources."""
+    sources = [context] if containerfile is None else [containerfile]
+    image = f"localhost/tfrs-kfp/{name}:{images.content_tag(*sources)}"
+    if not images.exists(image):
+        images.build_containerfile(image, context, containerfile)
+    return image
+
+
+def _upstream(image: str, files: dict[str, Path], **kwargs: Any) -> str:
+    """An image under its upstream name, laid out as upstream's Dockerfile lays it out."""
+    if not images.exists(image):
+        images.build_rootfs(image, files, **kwargs)
+    return image
+
+
+def build_images() -> dict[str, str]:
+    """Build what podman lacks; ``key -> image`` of every image the install runs."""
+    from fakes.podman_harness import ensure_python_base
+
+    pins = controlplane.versions()
+    kfp, version = part("kfp") / "bin", pins["KFP_VERSION"]
+    argo, argo_version = part("argo") / "bin", pins["ARGO_VERSION"]
+    ghcr = "ghcr.io/kubeflow"
+    # what Argo's Dockerfile puts into /etc of both its images
+    hack = part("argo") / "hack"
+    argo_etc = {"/etc/nsswitch.conf": hack / "nsswitch.conf",
+                "/etc/ssh/ssh_known_hosts": hack / "ssh_known_hosts"}  # fmt: skip
+    # upstream's CMDs (backend/Dockerfile, Dockerfile.persistenceagent, .scheduledworkflow)
+    shell = ["/bin/sh", "-c"]
+    out = {
+        "api-server": _upstream(
+            f"{ghcr}/kfp-api-server:{version}",
+            # no /samples: --sampleconfig then names no file, and loading samples is skipped
+            {"/bin/apiserver": kfp / "apiserver",
+             "/config/config.json": part("kfp") / "backend/src/apiserver/config/config.json"},
+            busybox=True, workdir="/bin", env={"LOG_LEVEL": "info"},
+            cmd=[*shell, "/bin/apiserver --config=/config --sampleconfig=/config/sample_config"
+                 ".json -logtostderr=true --logLevel=${LOG_LEVEL}"],
+        ),
+        "persistence-agent": _upstream(
+            f"{ghcr}/kfp-persistence-agent:{version}",
+            {"/bin/persistence_agent": kfp / "persistence_agent"},
+            busybox=True, workdir="/bin",
+            env={"NAMESPACE": "", "TTL_SECONDS_AFTER_WORKFLOW_FINISH": "86400",
+                 "NUM_WORKERS": "2", "LOG_LEVEL": "info", "EXECUTIONTYPE": "Workflow"},
+            cmd=[*shell, "persistence_agent --logtostderr=true --namespace=${NAMESPACE} "
+                 "--ttlSecondsAfterWorkflowFinish=${TTL_SECONDS_AFTER_WORKFLOW_FINISH} "
+                 "--numWorker ${NUM_WORKERS} --executionType ${EXECUTIONTYPE} "
+                 "--logLevel=${LOG_LEVEL}"],
+        ),
+        "scheduled-workflow": _upstream(
+            f"{ghcr}/kfp-scheduled-workflow-controller:{version}",
+            {"/bin/controller": kfp / "controller"},
+            busybox=True, workdir="/bin", env={"NAMESPACE": "", "LOG_LEVEL": "info"},
+            cmd=[*shell, "/bin/controller --logtostderr=true --namespace=${NAMESPACE} "
+                 "--logLevel=${LOG_LEVEL} --clientQPS=${CLIENT_QPS:-5} "
+                 "--clientBurst=${CLIENT_BURST:-10} "
+                 "--recurringRunResyncIntervalSeconds=${RESYNC_INTERVAL_SECONDS:-30} "
+                 "--metricsPort=${METRICS_PORT:-9090} "
+                 '--userIdentityHeader="${USER_IDENTITY_HEADER:-}" '
+                 '--userIdentityValue="${USER_IDENTITY_VALUE:-}"'],
+        ),
+        "driver": _upstream(
+            f"{ghcr}/kfp-driver:{version}", {"/bin/driver": kfp / "driver"},
+            busybox=True, workdir="/bin", entrypoint=["/bin/driver"],
+        ),
+        "launcher": _upstream(
+            f"{ghcr}/kfp-launcher:{version}", {"/bin/launcher-v2": kfp / "launcher-v2"},
+            busybox=True, workdir="/bin", entrypoint=["/bin/launcher-v2"],
+        ),
+        "workflow-controller": _upstream(
+            f"quay.io/argoproj/workflow-controller:{argo_version}",
+            {"/bin/workflow-controller": argo / "workflow-controller", **argo_etc},
+            user="8737", entrypoint=["workflow-controller"], env={"PATH": "/bin"},
+        ),
+        "argoexec": _upstream(
+            f"quay.io/argoproj/argoexec:{argo_version}",
+            # upstream's /etc/mime.types is Alpine's mailcap; Debian's media-types here
+            {"/bin/argoexec": argo / "argoexec", "/etc/mime.types": Path("/etc/mime.types"),
+             **argo_etc},
+            user="8737", entrypoint=["argoexec"], env={"PATH": "/bin"},
+        ),
+        "grpcwebproxy": _upstream(
+            f"localhost/tfrs-kfp/grpcwebproxy:{pins['GRPC_WEB_VERSION']}",
+            {"/bin/grpcwebproxy": part("grpcwebproxy") / "bin" / "grpcwebproxy"},
+            entrypoint=["/bin/grpcwebproxy"],
+        ),
+        "seaweedfs": _upstream(
+            f"localhost/tfrs-kfp/seaweedfs:{pins['SEAWEEDFS_VERSION'].rsplit('-', 1)[-1]}",
+            {"/usr/bin/weed": part("seaweedfs") / "bin" / "weed"},
+            busybox=True, user="1000", entrypoint=["/usr/bin/weed"],
+        ),
+    }  # fmt: skip
+    ensure_python_base()  # the Debian base of the images below
+    kfp_images = OVERLAY / "images"
+    out |= {
+        "mariadb": _stand_in("mariadb", kfp_images / "mariadb"),
+        "wait": _stand_in("wait", kfp_images / "wait"),
+        "profile-controller": _stand_in("profile-controller", kfp_images / "profile-controller"),
+        "mlmd-server": _stand_in("mlmd-server", HERE / "mlmd"),
+    }
+    ui = f"{ghcr}/kfp-frontend:{version}"
+    if not images.exists(ui):
+        images.build_containerfile(ui, part("kfp-ui"), kfp_images / "ui" / "Containerfile")
+    out["ui"] = ui
+    return out
+
+
+def load_images(cluster: Cluster) -> None:
+    """Build the images and load them into the node."""
+    cluster.load_images(list(build_images().values()))
+
+
+# ---------------------------------------------------------------------------------- install
+
+#: Argo's remote kustomizations in upstream's manifests -> the same folders of Argo's module
+_ARGO_REMOTES = {
+    "third-party/argo/base": "base/workflow-controller?ref={v}&timeout=60s",
+    "third-party/argo/installs/namespace": "namespace-install/workflow-controller-rbac?ref={v}",
+    "third-party/argo/installs/namespace/cluster-scoped": "base/crds/minimal?ref={v}",
+    "third-party/argo/installs/cluster": (
+        "base/crds/minimal?ref={v}",
+        "cluster-install-no-crds/workflow-controller-rbac?ref={v}",
+    ),
+}
+
+
+#: The stand-ins the overlay renames to ours (their tags are filled in)
+_RENAMED = ("mariadb", "mlmd-server", "grpcwebproxy", "seaweedfs", "wait", "profile-controller")
+
+
+def manifests(cluster: Cluster) -> str:
+    """Upstream's manifests with our overlay, as one stream (``kubectl kustomize``)."""
+    pins = controlplane.versions()
+    root = cluster.state / "manifests" / "kfp"
+    upstream = copy_writable(part("kfp") / "manifests" / "kustomize", root / "upstream")
+    copy_writable(part("argo") / "manifests", root / "argo")
+    for folder, remotes in _ARGO_REMOTES.items():
+        kustomization = upstream / folder / "kustomization.yaml"
+        depth = len(Path(folder).parts) + 1  # up to root/, from upstream/<folder>/
+        for remote in (remotes,) if isinstance(remotes, str) else remotes:
+            remote = remote.format(v=pins["ARGO_VERSION"])
+            local = "../" * depth + "argo/" + remote.split("?", 1)[0]
+            point_at_copy(
+                kustomization, "https://github.com/argoproj/argo-workflows/manifests/" + remote,
+                local,
+            )  # fmt: skip
+    data = cluster.state / "kfp-data"
+    for claim in ("mysql", "seaweedfs"):
+        # the pods run as 999 and 1000; a hostPath volume is not chowned to their fsGroup
+        (data / claim).mkdir(parents=True, exist_ok=True)
+        (data / claim).chmod(0o777)
+    tags = {
+        f"{key.upper().replace('-', '_')}_TAG": image.rsplit(":", 1)[1]
+        for key, image in build_images().items()
+        if key in _RENAMED
+    }
+    host.render(OVERLAY / "kustomization.yaml", root / "kustomization.yaml", **tags)
+    host.render(OVERLAY / "volumes.yaml", root / "volumes.yaml", DATA=data)
+    shutil.copy(OVERLAY / "delete.yaml", root / "delete.yaml")
+    return cluster.kubectl("kustomize", str(root)).stdout
+
+
+def install(cluster: Cluster) -> None:
+    """Apply the manifests and wait until every Deployment of Kubeflow Pipelines is ready."""
+    cluster.apply(manifests(cluster))
+    from kubernetes import client
+
+    apps = client.AppsV1Api(cluster.api_client())
+    for deployment in apps.list_namespaced_deployment(NAMESPACE).items:
+        cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{deployment.metadata.name}",
+                        "--timeout=600s")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- profile
+
+
+def make_profile(cluster: Cluster, namespace: str = PROFILE, owner: str = PROFILE_OWNER) -> None:
+    """The profile namespace, as Kubeflow's profile controller and KFP's make it."""
+    cluster.apply(KUBEFLOW_ROLES.read_text())
+    stream = (OVERLAY / "profile.yaml").read_text()
+    cluster.apply(host.substitute(stream, NAMESPACE=namespace, OWNER=owner))
+    for child in sync_profile(cluster, namespace):
+        cluster.apply(json.dumps(child))
+
+
+def sync_profile(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """What KFP's profile controller (sync.py) returns for ``namespace``, asked as
+    Metacontroller's DecoratorController would ask it (the namespace, no attachments yet)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client())
+    parent = cluster.api_client().sanitize_for_serialization(core.read_namespace(namespace))
+    service = core.read_namespaced_service("kubeflow-pipelines-profile-controller", NAMESPACE)
+    attachments = {"Secret.v1": {}, "ConfigMap.v1": {}, "Deployment.apps/v1": {}, "Service.v1": {}}
+    request = urllib.request.Request(
+        f"http://{service.spec.cluster_ip}/sync",
+        data=json.dumps({"object": parent, "attachments": attachments}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)["attachments"]
