@@ -1,6 +1,6 @@
-"""What runs on the one-node cluster besides the node: cluster DNS, JobSet and the Kubeflow
-Trainer, and Kubeflow Pipelines (``kfp.py``), each installed from its project's own manifests
-with the images built here (``images.py``), as steps of :func:`node.up`."""
+"""What runs on the one-node cluster besides the node: cluster DNS, the NetworkPolicy engine,
+JobSet and the Kubeflow Trainer, and Kubeflow Pipelines (``kfp.py``), each installed from its
+project's own manifests with the images built here (``images.py``), as steps of :func:`node.up`."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
-from cluster import host
+import yaml
+
+from cluster import host, images
 from cluster.host import ClusterError
-from cluster.node import Cluster, Step
+from cluster.node import Cluster, Step, part
 from realparts import controlplane
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -20,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 def steps(trainer: bool, kfp: bool) -> list[Step]:
     """The add-ons' steps, in order (DNS always)."""
-    out = [Step("cluster DNS", install_dns)]
+    out = [Step("cluster DNS", install_dns), Step("NetworkPolicy engine", install_network_policies)]
     if trainer:
         out.append(Step("JobSet and Trainer", install_trainer))
     if kfp:
@@ -28,6 +31,31 @@ def steps(trainer: bool, kfp: bool) -> list[Step]:
 
         out += kubeflow_pipelines.steps()
     return out
+
+
+#: The most CPU an add-on's container may request. The node has two CPUs for everything: as
+#: shipped, JobSet's controller asks for 500m and Kubeflow Pipelines' deployments for ~700m
+#: together, which would leave too little for the pods under test to be scheduled. A request
+#: reserves CPU, it does not use or limit it, so capping it changes where pods fit, not how
+#: the add-ons run (their limits stay as shipped).
+ADDON_CPU_REQUEST = "50m"
+
+
+def small_node(stream: str) -> str:
+    """An add-on's manifests with each container's CPU request capped at
+    :data:`ADDON_CPU_REQUEST` (docs/how-to/one-node-cluster.md lists this change)."""
+    import yaml
+    from kubernetes.utils.quantity import parse_quantity
+
+    cap = parse_quantity(ADDON_CPU_REQUEST)
+    documents = [d for d in yaml.safe_load_all(stream) if d]
+    for document in documents:
+        pod = (document.get("spec") or {}).get("template", {}).get("spec", {})
+        for container in [*pod.get("containers", []), *pod.get("initContainers", [])]:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            if "cpu" in requests and parse_quantity(requests["cpu"]) > cap:
+                requests["cpu"] = ADDON_CPU_REQUEST
+    return yaml.safe_dump_all(documents, sort_keys=False)
 
 
 # -------------------------------------------------------------------------------------- DNS
@@ -43,6 +71,91 @@ def install_dns(cluster: Cluster) -> None:
     cluster.apply(text)
     cluster.kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns",
                     "--timeout=180s")  # fmt: skip
+
+
+# ----------------------------------------------------------------------- NetworkPolicy engine
+
+#: The engine's patch for this kernel (its header says why), and what names its image.
+NETPOL = Path(__file__).resolve().parent / "netpol"
+#: The nftables table the engine keeps its rules in (``host.FOREIGN_TABLES``: removed with the
+#: network when the cluster goes down).
+NETPOL_TABLE = ("inet", "kube-network-policies")
+
+
+def network_policy_image() -> str:
+    """The engine's image: ours, not upstream's (built from the patched source), tagged with the
+    pinned version and the patch's digest."""
+    version = controlplane.versions()["KUBE_NETWORK_POLICIES_VERSION"]
+    return f"localhost/tfrs-cluster/kube-network-policies:{version}-{images.content_tag(NETPOL)}"
+
+
+def build_network_policy_image() -> str:
+    """Build the engine where podman lacks its image: the module's source at the pinned version,
+    ``netpol/nfqueue-compat.patch`` applied, its command built as upstream's Dockerfile builds
+    it (static, ``/bin/netpol``), run as root as upstream's distroless image is.
+
+    build.sh's ``bin/netpol`` is the unpatched build, which cannot write its rules on this
+    kernel; its ``install.yaml`` is what :func:`network_policy_manifests` deploys.
+    """
+    image = network_policy_image()
+    if images.exists(image):
+        return image
+    version = controlplane.versions()["KUBE_NETWORK_POLICIES_VERSION"]
+    module = module_dir(f"sigs.k8s.io/kube-network-policies@{version}")
+    with tempfile.TemporaryDirectory(prefix="tfrs-netpol-") as tmp:
+        source = copy_writable(module, Path(tmp) / "source")
+        # outside a repository, `git apply` applies a patch as `patch -p1` would, and refuses
+        # one that no longer applies cleanly
+        subprocess.run(["git", "apply", str(NETPOL / "nfqueue-compat.patch")], cwd=source,
+                       check=True, capture_output=True)  # fmt: skip
+        binary = images.go_build(source, "./cmd", Path(tmp) / "netpol", goflags="-mod=mod")
+        images.build_rootfs(image, {"/bin/netpol": binary}, user="0", cmd=["/bin/netpol"])
+    return image
+
+
+def network_policy_manifests(image: str) -> str:
+    """Upstream's ``install.yaml`` (kept by build.sh beside the engine) as one JSON list, changed
+    only where this cluster needs it; each change says why."""
+    source = part("kube-network-policies") / "install.yaml"
+    docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
+    (daemonset,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # v0.8.0's install.yaml still names the v0.7.0 image; and ours is the patched build
+    container["image"] = image
+    # The API server refuses privileged containers (kube-apiserver's --allow-privileged is off
+    # by default, and tests/realparts/controlplane.py leaves it off). The engine needs no more
+    # than the NET_ADMIN capability upstream adds beside it, in the host's network namespace
+    # (hostNetwork): nftables and the nfnetlink queue are both netlink, gated by NET_ADMIN.
+    del container["securityContext"]["privileged"]
+    # The two host folders serve the engine's NRI client alone (pods' IPs straight from the
+    # runtime, before the API server has them: kubernetes/kubernetes#85966). Our containerd
+    # runs with NRI off (config/containerd.toml): no socket at /var/run/nri, pods' network
+    # namespaces under the state folder, not /var/run/netns; and containerd would create the
+    # missing /var/run/nri on the host. Without them the client fails to connect, says so in the
+    # log ("nri plugin exited"), and the engine takes pods' IPs from the API server alone: a
+    # pod's first packets, sent before its IP is published, can meet a policy that does not know
+    # it yet. (--disable-nri would say the same, but v0.8.0 parses it and never uses it: main.go
+    # does not hand it to the controller's Config.)
+    nri = {"nri-plugin", "netns"}
+    pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in nri]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in nri]
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+
+
+def install_network_policies(cluster: Cluster) -> None:
+    """kube-network-policies (SIG Network's reference NetworkPolicy engine) on the node, from
+    upstream's DaemonSet; wait until its pod is ready and its rules are in the kernel."""
+    image = build_network_policy_image()
+    cluster.load_images([image])
+    cluster.apply(network_policy_manifests(image))
+    cluster.kubectl("-n", "kube-system", "rollout", "status", "daemonset/kube-network-policies",
+                    "--timeout=180s")  # fmt: skip
+    cluster.wait(
+        "the NetworkPolicy engine's nftables table",
+        lambda: host.run("nft", "list", "table", *NETPOL_TABLE, check=False).returncode == 0,
+        120,
+    )
 
 
 # ---------------------------------------------------------------------------------- Trainer
@@ -111,7 +224,7 @@ def trainer_manifests(cluster: Cluster) -> str:
 
 def install_trainer(cluster: Cluster) -> None:
     """JobSet, the Trainer's controller and CRDs, and our ClusterTrainingRuntime; wait for them."""
-    cluster.apply(trainer_manifests(cluster))
+    cluster.apply(small_node(trainer_manifests(cluster)))
     for deployment in ("jobset-controller-manager", "kubeflow-trainer-controller-manager"):
         cluster.kubectl("-n", "kubeflow-system", "rollout", "status", f"deployment/{deployment}",
                         "--timeout=300s")  # fmt: skip

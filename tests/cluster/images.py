@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 NONROOT = "65532"
 _PASSWD = "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
@@ -66,6 +67,10 @@ def build_static(image: str, binary: Path, path: str, user: str = NONROOT) -> No
 BUSYBOX = Path("/bin/busybox")
 
 
+#: The label holding the digest of what an image was built from (:func:`build_rootfs`)
+INPUTS_LABEL = "org.tfrecord-suite.inputs"
+
+
 def build_rootfs(
     image: str,
     files: dict[str, Path],
@@ -77,11 +82,26 @@ def build_rootfs(
     workdir: str = "/",
 ) -> None:
     """Build ``image`` from scratch: ``files`` (image path -> file or folder here), ``/tmp``,
-    ``/etc/passwd`` and ``/etc/group`` as distroless has them, run as ``user``.
+    ``/etc/passwd`` and ``/etc/group`` as distroless has them, run as ``user``; unless podman
+    holds it built from the same files and settings already.
 
     With ``busybox``, BusyBox's shell and tools in ``/bin`` as an Alpine image has them (the
     upstream images of Kubeflow Pipelines' Go parts are Alpine with the binary added).
     """
+    lines = ["FROM scratch", "COPY rootfs/ /"]
+    lines += [f"ENV {key}={json.dumps(value)}" for key, value in (env or {}).items()]
+    if busybox:
+        lines.append('ENV PATH="/bin:/usr/bin:/sbin:/usr/sbin"')
+    lines += [f"WORKDIR {workdir}", f"USER {user}:{user}"]
+    if entrypoint:
+        lines.append(f"ENTRYPOINT {json.dumps(entrypoint)}")
+    if cmd:
+        lines.append(f"CMD {json.dumps(cmd)}")
+    sources = [*files.values(), *([BUSYBOX] if busybox else [])]
+    inputs = content_tag(*sources, text="\n".join([*lines, *files]))
+    if exists(image) and label(image, INPUTS_LABEL) == inputs:
+        return
+    lines.append(f"LABEL {INPUTS_LABEL}={inputs}")
     with tempfile.TemporaryDirectory(prefix="tfrs-image-") as tmp:
         context = Path(tmp)
         rootfs = context / "rootfs"
@@ -99,17 +119,14 @@ def build_rootfs(
         (rootfs / "etc").mkdir(exist_ok=True)
         (rootfs / "etc" / "passwd").write_text(_PASSWD)
         (rootfs / "etc" / "group").write_text(_GROUP)
-        lines = ["FROM scratch", "COPY rootfs/ /"]
-        lines += [f"ENV {key}={json.dumps(value)}" for key, value in (env or {}).items()]
-        if busybox:
-            lines.append('ENV PATH="/bin:/usr/bin:/sbin:/usr/sbin"')
-        lines += [f"WORKDIR {workdir}", f"USER {user}:{user}"]
-        if entrypoint:
-            lines.append(f"ENTRYPOINT {json.dumps(entrypoint)}")
-        if cmd:
-            lines.append(f"CMD {json.dumps(cmd)}")
         (context / "Containerfile").write_text("\n".join(lines) + "\n")
         podman("build", "--network", "none", "-t", image, str(context), timeout=600)
+
+
+def label(image: str, name: str) -> str:
+    """The value of label ``name`` of ``image`` in podman's storage ('' where it has none)."""
+    labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", image))
+    return (labels or {}).get(name, "")
 
 
 def _add_busybox(folder: Path) -> None:
@@ -127,14 +144,21 @@ def _add_busybox(folder: Path) -> None:
 
 def build_containerfile(image: str, context: Path, containerfile: Path | None = None) -> None:
     """``podman build`` of a Containerfile (its folder is the context by default), with the
-    network the Debian mirror and PyPI are reached through."""
+    network the Debian mirror and PyPI are reached through; unless podman holds ``image``
+    built from the same Containerfile and folder already. A context given apart from its
+    Containerfile (a built part's folder) counts by its Containerfile only."""
     file = containerfile or context / "Containerfile"
-    podman("build", "--network", "host", "-f", str(file), "-t", image, str(context), timeout=1800)
+    inputs = content_tag(file if containerfile else context)
+    if exists(image) and label(image, INPUTS_LABEL) == inputs:
+        return
+    podman("build", "--network", "host", "--label", f"{INPUTS_LABEL}={inputs}", "-f", str(file),
+           "-t", image, str(context), timeout=1800)  # fmt: skip
 
 
-def content_tag(*sources: Path) -> str:
-    """A tag naming what an image is built from: the digest of these files and folders."""
-    digest = hashlib.sha256()
+def content_tag(*sources: Path, text: str = "") -> str:
+    """A tag naming what an image is built from: the digest of these files and folders (and of
+    ``text``, its settings)."""
+    digest = hashlib.sha256(text.encode())
     for source in sources:
         paths = sorted(source.rglob("*")) if source.is_dir() else [source]
         for path in paths:
@@ -192,27 +216,34 @@ def probe_image() -> str:
 
 def build_probe() -> str:
     """Build the probe (static, standard library only) and its image, where podman lacks it."""
-    import os
-
     image = probe_image()
     if exists(image):
         return image
     with tempfile.TemporaryDirectory(prefix="tfrs-probe-") as tmp:
-        binary = Path(tmp) / "probe"
-        subprocess.run(
-            ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(binary), "."],
-            cwd=PROBE_SOURCE,
-            check=True,
-            env={**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": ""},
-        )
-        build_static(image, binary, "/probe")
+        build_static(image, go_build(PROBE_SOURCE, ".", Path(tmp) / "probe"), "/probe")
     return image
 
 
-def suite_image(key: str = "component") -> str:
+def go_build(module: Path, package: str, binary: Path, goflags: str = "") -> Path:
+    """``go build`` one command of the Go module in ``module`` into ``binary``, static and
+    stripped, with the Go installed here (``GOTOOLCHAIN=local``); ``goflags`` as ``GOFLAGS``
+    (``-mod=mod``: take what the module's go.mod requires through the module proxy)."""
+    import os
+
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(binary), package],
+        cwd=module,
+        check=True,
+        env={**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": goflags},
+    )
+    return binary
+
+
+def suite_image(key: str = "component", image_set: Any = None) -> str:
     """The suite's image ``key`` (images.py) built from this checkout by ``tfrecord-suite images
     build`` against podman's Docker API, on the stand-in base (minutes the first time; a code
-    change rebuilds only the layers of the sources)."""
+    change rebuilds only the layers of the sources), named as ``image_set`` (an
+    ``images.ImageSet``; the defaults where None) names it."""
     import json
     import sys
 
@@ -220,11 +251,13 @@ def suite_image(key: str = "component") -> str:
     from tfrecord_suite import images as suite_images
 
     ensure_python_base()
-    image = suite_images.DEFAULT_IMAGES.image(key)
+    image_set = image_set or suite_images.ImageSet()
+    image = image_set.image(key)
     before = image_id(image) if exists(image) else ""
     with tempfile.TemporaryDirectory(prefix="tfrs-podman-") as tmp, podman_service(tmp) as url:
         proc = subprocess.run(
             [sys.executable, "-m", "tfrecord_suite.cli", "images", "build", "--only", key,
+             "--image-registry", image_set.registry, "--image-tag", image_set.tag,
              "--docker-host", url, "--json"],
             capture_output=True, text=True, timeout=3600,
         )  # fmt: skip

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import host, images
-from cluster.addons import copy_writable, point_at_copy
+from cluster.addons import copy_writable, point_at_copy, small_node
 from cluster.node import Cluster, Step, part
 from realparts import controlplane
 
@@ -61,17 +61,14 @@ def steps() -> list[Step]:
 
 def _stand_in(name: str, context: Path, containerfile: Path | None = None) -> str:
     """A stand-in image built from a Containerfile, tagged with the digest of its sources."""
-    sources = [context] if containerfile is None else [containerfile]
-    image = f"localhost/tfrs-kfp/{name}:{images.content_tag(*sources)}"
-    if not images.exists(image):
-        images.build_containerfile(image, context, containerfile)
+    image = f"localhost/tfrs-kfp/{name}:{images.content_tag(containerfile or context)}"
+    images.build_containerfile(image, context, containerfile)
     return image
 
 
 def _upstream(image: str, files: dict[str, Path], **kwargs: Any) -> str:
     """An image under its upstream name, laid out as upstream's Dockerfile lays it out."""
-    if not images.exists(image):
-        images.build_rootfs(image, files, **kwargs)
+    images.build_rootfs(image, files, **kwargs)
     return image
 
 
@@ -95,7 +92,9 @@ def build_images() -> dict[str, str]:
             # no /samples: --sampleconfig then names no file, and loading samples is skipped
             {"/bin/apiserver": kfp / "apiserver",
              "/config/config.json": part("kfp") / "backend/src/apiserver/config/config.json"},
-            busybox=True, workdir="/bin", env={"LOG_LEVEL": "info"},
+            # what upstream's release build passes it (healthz reports them)
+            busybox=True, workdir="/bin",
+            env={"LOG_LEVEL": "info", "TAG_NAME": version, "COMMIT_SHA": pins["KFP_COMMIT"]},
             cmd=[*shell, "/bin/apiserver --config=/config --sampleconfig=/config/sample_config"
                  ".json -logtostderr=true --logLevel=${LOG_LEVEL}"],
         ),
@@ -161,10 +160,8 @@ def build_images() -> dict[str, str]:
         "profile-controller": _stand_in("profile-controller", kfp_images / "profile-controller"),
         "mlmd-server": _stand_in("mlmd-server", HERE / "mlmd"),
     }
-    ui = f"{ghcr}/kfp-frontend:{version}"
-    if not images.exists(ui):
-        images.build_containerfile(ui, part("kfp-ui"), kfp_images / "ui" / "Containerfile")
-    out["ui"] = ui
+    out["ui"] = f"{ghcr}/kfp-frontend:{version}"
+    images.build_containerfile(out["ui"], part("kfp-ui"), kfp_images / "ui" / "Containerfile")
     return out
 
 
@@ -225,7 +222,7 @@ def manifests(cluster: Cluster) -> str:
 
 def install(cluster: Cluster) -> None:
     """Apply the manifests and wait until every Deployment of Kubeflow Pipelines is ready."""
-    cluster.apply(manifests(cluster))
+    cluster.apply(small_node(manifests(cluster)))
     from kubernetes import client
 
     apps = client.AppsV1Api(cluster.api_client())
@@ -262,3 +259,60 @@ def sync_profile(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.load(response)["attachments"]
+
+
+# --------------------------------------------------------------------------- reaching it, as a user
+
+
+def node_port_url(cluster: Cluster, service: str, port: str | int | None = None) -> str:
+    """``http://NODE_IP:NODEPORT`` of a NodePort Service of Kubeflow Pipelines (the first port,
+    or the one of that name or number)."""
+    from kubernetes import client
+
+    spec = client.CoreV1Api(cluster.api_client()).read_namespaced_service(service, NAMESPACE).spec
+    ports = [p for p in spec.ports if port is None or port in (p.name, p.port)]
+    return f"http://{host.NODE_IP}:{ports[0].node_port}"
+
+
+def api_url(cluster: Cluster) -> str:
+    """The KFP API server's HTTP endpoint, from this machine."""
+    return node_port_url(cluster, "ml-pipeline", "http")
+
+
+def ui_url(cluster: Cluster) -> str:
+    """The KFP UI, from this machine."""
+    return node_port_url(cluster, "ml-pipeline-ui")
+
+
+def token(cluster: Cluster, account: str, namespace: str = PROFILE, seconds: int = 7200) -> str:
+    """A token of ``account`` for the KFP API (audience ``pipelines.kubeflow.org``), as
+    ``kubectl create token ACCOUNT --audience pipelines.kubeflow.org`` gives one."""
+    from kubernetes import client
+
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(
+            audiences=["pipelines.kubeflow.org"], expiration_seconds=seconds
+        )
+    )
+    core = client.CoreV1Api(cluster.api_client())
+    return core.create_namespaced_service_account_token(account, namespace, request).status.token
+
+
+def object_store(cluster: Cluster, namespace: str = PROFILE) -> dict[str, str]:
+    """The profile's own keys to the cluster's object store (the Secret KFP's profile
+    controller made for it) as boto3's environment: ``in_cluster`` the address pods use,
+    ``AWS_ENDPOINT_URL`` the one this machine reaches (the Service's cluster IP)."""
+    import base64
+
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client())
+    secret = core.read_namespaced_secret("mlpipeline-minio-artifact", namespace).data
+    service = core.read_namespaced_service("seaweedfs", NAMESPACE).spec
+    return {
+        "AWS_ACCESS_KEY_ID": base64.b64decode(secret["accesskey"]).decode(),
+        "AWS_SECRET_ACCESS_KEY": base64.b64decode(secret["secretkey"]).decode(),
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{service.cluster_ip}:9000",
+        "in_cluster": f"http://seaweedfs.{NAMESPACE}:9000",
+    }

@@ -1,19 +1,18 @@
 """Our MLMD gRPC server (tests/cluster/mlmd/server.py) driven by upstream's own client.
 
 The server and the client both run in the MLMD Python (ml-metadata==1.17.1, protobuf<5: not
-the suite's environment), found from TFRS_MLMD_PYTHON; without it the tests skip, and under
-CI=true they fail. The client is the wheel's ``MetadataStore`` over gRPC
+the suite's environment) that ``tests/realparts/build.sh mlmd`` makes (``make test`` does), or
+TFRS_MLMD_PYTHON; without either the tests skip, and under CI=true they fail. The client is the wheel's ``MetadataStore`` over gRPC
 (``MetadataStoreClientConfig``), as KFP's driver and launcher are clients over gRPC: it writes
 types, artifacts, an execution, a context, attributions, associations and events, reads them
 back, and checks that the store's errors come back as the library's exceptions (the status
 codes the server maps). A second server over the same SQLite file reads the same data. The
 MySQL backend is run where a MariaDB server binary is installed (plain skip otherwise).
 
-Make the MLMD Python::
+Make the MLMD Python and run them::
 
-    python3.11 -m venv /work/notes/mlmd-venv
-    /work/notes/mlmd-venv/bin/pip install ml-metadata==1.17.1
-    TFRS_MLMD_PYTHON=/work/notes/mlmd-venv/bin/python pytest tests/integration/test_mlmd_server.py
+    bash tests/realparts/build.sh mlmd
+    pytest tests/integration/test_mlmd_server.py
 """
 
 import json
@@ -169,10 +168,13 @@ def unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="module")
 def mlmd_python() -> str:
-    """A Python with ml-metadata (TFRS_MLMD_PYTHON), checked to import it."""
-    python = os.environ.get("TFRS_MLMD_PYTHON", "")
+    """A Python with ml-metadata (``build.sh mlmd``, or TFRS_MLMD_PYTHON), checked to import it."""
+    from realparts import mlmd
+
+    python = mlmd.python(build=False)
     if not python:
-        unavailable("TFRS_MLMD_PYTHON is not set (a Python with ml-metadata==1.17.1 installed)")
+        unavailable("no ml-metadata environment: `bash tests/realparts/build.sh mlmd` (make "
+                    "test builds it) or TFRS_MLMD_PYTHON")  # fmt: skip
     probe = subprocess.run(
         [python, "-c", "import grpc, ml_metadata; print(ml_metadata.__version__)"],
         capture_output=True,

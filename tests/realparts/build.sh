@@ -37,8 +37,8 @@
 # Usage: build.sh [PART|all|runners|node|kfp]...  (prints the folder of each part built or found)
 #   PART: etcd kubernetes crds crds-old seaweedfs prism flink spark kubernetes-node pause
 #         containerd runc cni-plugins coredns jobset trainer kfp-backend argo grpcwebproxy
-#         kube-network-policies kfp-ui
-#   all: etcd, kubernetes, crds, crds-old, seaweedfs and the runners (what `make test` needs); runners:
+#         kube-network-policies kfp-ui mlmd
+#   all: etcd, kubernetes, crds, crds-old, seaweedfs, mlmd and the runners (what `make test` needs); runners:
 #   prism, flink, spark; node: the cluster's parts (etcd, kubernetes, crds and the rest of the list
 #   above up to trainer); kfp: Kubeflow Pipelines' parts (kfp-backend, in kfp-<version>/, and the
 #   rest of the list above)
@@ -568,6 +568,23 @@ PY
   echo "$out"
 }
 
+# mlmd: a Python environment holding the ml-metadata wheel (its store and its protobuf messages;
+# it pins protobuf<5, so not the suite's environment): the MLMD server's tests run it, and the
+# cluster tests read a run's lineage through it as the KFP UI does. The packages are pinned
+# with their hashes in tests/cluster/mlmd/requirements.txt, which the server's image installs too.
+mlmd() {
+  local out="$cache/mlmd-$ML_METADATA_VERSION"
+  if [ ! -f "$out/.complete" ]; then
+    log "making the ml-metadata $ML_METADATA_VERSION environment (once; $out)"
+    rm -rf "$out"
+    python3.11 -m venv "$out"
+    quiet "$out/bin/pip" install --require-hashes --only-binary=:all: \
+      -r "$here/../cluster/mlmd/requirements.txt"
+    touch "$out/.complete"
+  fi
+  echo "$out"
+}
+
 for part in "${@:-all}"; do
   case "$part" in
     kubernetes) kubernetes ;;
@@ -579,7 +596,8 @@ for part in "${@:-all}"; do
     flink) flink ;;
     spark) spark ;;
     runners) prism && flink && spark ;;
-    all) etcd && kubernetes && crds && crds_old && seaweedfs && prism && flink && spark ;;
+    all) etcd && kubernetes && crds && crds_old && seaweedfs && mlmd && prism && flink && spark ;;
+    mlmd) mlmd ;;
     kubernetes-node) kubernetes_node ;;
     pause) pause ;;
     containerd) containerd ;;
@@ -597,7 +615,7 @@ for part in "${@:-all}"; do
     grpcwebproxy) grpcwebproxy ;;
     kube-network-policies) kube_network_policies ;;
     kfp-ui) kfp_ui ;;
-    kfp) kfp && argo && grpcwebproxy && kube_network_policies && kfp_ui ;;
+    kfp) kfp && argo && grpcwebproxy && kube_network_policies && kfp_ui && mlmd ;;
     *) echo "usage: $0 [PART|all|runners|node|kfp]... (see the top of this file)" >&2; exit 2 ;;
   esac
 done

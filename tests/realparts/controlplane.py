@@ -58,7 +58,7 @@ def cache_root() -> Path:
 
 def part_dir(part: str) -> Path:
     """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd``, ``crds``, ``crds-old``,
-    ``prism``, ``flink`` or ``spark``)."""
+    ``prism``, ``flink``, ``spark`` or ``mlmd``)."""
     pins = versions()
     names = {
         "kubernetes": f"kubernetes-{pins['KUBERNETES_VERSION']}",
@@ -72,6 +72,8 @@ def part_dir(part: str) -> Path:
         f"-flink-{pins['FLINK_RUNNER']}",
         "spark": f"beam-spark-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
         f"-spark-{pins['SPARK_VERSION']}",
+        # the ml-metadata environment (realparts/mlmd.py)
+        "mlmd": f"mlmd-{pins['ML_METADATA_VERSION']}",
     }
     return cache_root() / names[part]
 
