@@ -316,3 +316,79 @@ def object_store(cluster: Cluster, namespace: str = PROFILE) -> dict[str, str]:
         "AWS_ENDPOINT_URL": f"http://{service.cluster_ip}:9000",
         "in_cluster": f"http://seaweedfs.{NAMESPACE}:9000",
     }
+
+
+# ------------------------------------------------------------------------ the suite, as a user
+
+#: Where the cluster's images of the suite come from: not the defaults, so that a pod naming a
+#: default image cannot start (nothing is ever pulled, and the node holds only these names) and
+#: every pod a run makes shows it uses what was compiled
+SUITE_REGISTRY = "registry.tfrs.test/ml"
+SUITE_TAG = "cluster"
+#: The Secret holding the profile's object-store keys for the suite's steps (the docs' name)
+STORAGE_SECRET = "tfrecord-suite-storage"
+#: CPU and memory per step on the 2-CPU node (``--step-resources``; the defaults ask for a
+#: common 4-CPU node's share)
+SMALL_STEPS = (
+    "fingerprint=100m/256Mi,shard=500m/2Gi,version=200m/1Gi,resolve_dataset=100m/256Mi,"
+    "train=500m/3Gi,evaluate=300m/2Gi,register=200m/1Gi,promote=100m/256Mi,report=100m/256Mi"
+)
+
+
+def suite_images(cluster: Cluster) -> Any:
+    """The suite's component image built from this checkout under :data:`SUITE_REGISTRY` and
+    :data:`SUITE_TAG`, loaded into the node; the ``ImageSet`` naming it."""
+    from tfrecord_suite.images import ImageSet
+
+    image_set = ImageSet(SUITE_REGISTRY, SUITE_TAG)
+    cluster.load_images([images.suite_image("component", image_set)])
+    return image_set
+
+
+def storage_secret(cluster: Cluster, namespace: str = PROFILE) -> dict[str, str]:
+    """The Secret :data:`STORAGE_SECRET` in ``namespace``, made from the profile's own object
+    store keys as the docs' ``kubectl create secret generic`` makes it; the store's environment
+    (:func:`object_store`)."""
+    store = object_store(cluster, namespace)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": STORAGE_SECRET, "namespace": namespace},
+        "stringData": {
+            "AWS_ACCESS_KEY_ID": store["AWS_ACCESS_KEY_ID"],
+            "AWS_SECRET_ACCESS_KEY": store["AWS_SECRET_ACCESS_KEY"],
+            "AWS_ENDPOINT_URL": store["in_cluster"],
+            "AWS_REGION": store["AWS_REGION"],
+        },
+    }
+    cluster.apply(json.dumps(secret))
+    return store
+
+
+def profile_prefix(namespace: str = PROFILE) -> str:
+    """The part of KFP's bucket a profile's keys may write (sync.py's policy: private/<ns>/)."""
+    return f"s3://mlpipeline/private/{namespace}"
+
+
+def apply_suite_overlay(cluster: Cluster, image_set: Any, namespace: str = PROFILE) -> Path:
+    """``kubectl apply -k k8s/overlays/multi-user`` from a copy of ``k8s/`` edited as
+    docs/deploy.md tells a user to: ``k8s/images`` set to ``image_set``'s registry and tag (the
+    profile named in the overlay is already this one). Returns the copy."""
+    from tfrecord_suite.images import DEFAULT_REGISTRY, DEFAULT_TAG
+
+    overlay = cluster.state / "suite-k8s"
+    shutil.rmtree(overlay, ignore_errors=True)
+    shutil.copytree(HERE.parent.parent / "k8s", overlay)
+    images_file = overlay / "images" / "kustomization.yaml"
+    text = images_file.read_text()
+    for old, new in ((f"newName: {DEFAULT_REGISTRY}/", f"newName: {image_set.registry}/"),
+                     (f"newTag: {DEFAULT_TAG}", f"newTag: {image_set.tag}")):  # fmt: skip
+        if old not in text:
+            raise AssertionError(f"{images_file} no longer holds {old!r}: see what it sets")
+        text = text.replace(old, new)
+    images_file.write_text(text)
+    multi_user = overlay / "overlays" / "multi-user" / "kustomization.yaml"
+    if f"namespace: {namespace}" not in multi_user.read_text():
+        raise AssertionError(f"{multi_user} does not name the profile {namespace}")
+    cluster.kubectl("apply", "-k", str(overlay / "overlays" / "multi-user"))
+    return overlay
