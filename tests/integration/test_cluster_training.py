@@ -8,28 +8,35 @@ as the same step training alone in its pod. Marker ``cluster``.
 The step runs exactly as its compiled component says (``components/training/train/component.yaml``:
 its command, ``kfp.dsl.executor_main`` on an executor input), as the run's account with the
 suite's launcher Role (k8s/base), told about itself through the downward API as the compiled
-pipelines do (tfrecord_suite.podinfo). Kubeflow Pipelines' backend, which would write that
-executor input and move the artifacts to object storage, cannot be built here (its module is
-refused by the module proxy: docs/how-to/one-node-cluster.md): the artifacts and the dataset
-registry live on a folder of the node that the step's pod and the nodes mount at the same path
-(the runtime is applied with that hostPath volume added, standing in for the bucket).
+pipelines do (tfrecord_suite.podinfo), in a namespace that enforces Pod Security
+``restricted`` as a Kubeflow profile's does. The test writes the executor input itself, and the
+artifacts and the dataset registry live on a folder of the node that the step's pod and the
+nodes mount at the same path, standing in for the bucket: a PersistentVolume of that folder
+claimed in the test's namespace (:func:`shared_claim`; a restricted pod may mount a claim, never
+a hostPath), which the runtime is applied with.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support import launcher_account
 
+from fakes.pod_security import violations
 from tfrecord_suite import podinfo
+from tfrecord_suite.images import IMAGE_UID, ImageSet
 from tfrecord_suite.kfp import catalog
+from tfrecord_suite.launch.job import TRAINER_LABELS, container_security, pod_security
 from tfrecord_suite.launch.lease import lease_name
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -37,13 +44,78 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(3600)]
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_COMPONENT = Path(catalog.folder("train", str(ROOT / "components"))) / "component.yaml"
 STEP_ACCOUNT = "pipeline-runner"
-#: What each trainer requests: two of them, the step's pod and the system pods fit this
-#: machine's 2 CPUs (the CPU trainer's default asks for 3).
-SMALL = {"cpu_request": "500m", "memory_request": "3Gi"}
+#: What each trainer requests: two of them and the step's pod fit beside the system pods and
+#: Kubeflow Pipelines in this machine's 2 CPUs (the CPU trainer's default asks for 3).
+SMALL = {"cpu_request": "200m", "memory_request": "1Gi"}
+#: The suite's images on the cluster, under a registry name of their own: loaded into the node
+#: under the default ghcr.io name, a build of this checkout would stand for the published image
+CLUSTER_IMAGES = ImageSet(registry="registry.tfrs.test/ml", tag="cluster")
+#: The claim of the node's shared folder in each test namespace (:func:`shared_claim`)
+SHARED_CLAIM = "tfrs-shared"
 
 
 def _documents(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
+
+
+def cluster_image(cluster: Any) -> str:
+    """The component image under :data:`CLUSTER_IMAGES`' name, loaded into the node: podman's
+    where it holds one (another session on this machine built it from the checkout), else built
+    from this checkout now."""
+    from cluster import images
+
+    image = CLUSTER_IMAGES.image("component")
+    if not images.exists(image):
+        images.suite_image("component", CLUSTER_IMAGES)
+    cluster.load_images([image])
+    return image
+
+
+def shared_folder(cluster: Any) -> Path:
+    """The node's folder that stands for the bucket (world-writable: the pods run as UID 10001,
+    and a hostPath volume takes no fsGroup)."""
+    shared = cluster.state / "shared"
+    shared.mkdir(exist_ok=True)
+    shared.chmod(0o777)
+    return shared
+
+
+@contextlib.contextmanager
+def host_volume(cluster: Any, namespace: str, claim: str, folder: Path) -> Iterator[str]:
+    """A PersistentVolume of the node's ``folder``, bound ahead to the claim ``claim`` of
+    ``namespace`` (the node has no volume provisioner; whoever makes the claim, a test or a
+    StatefulSet's template, finds it bound), deleted after. Yields the volume's name."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client())
+    name = f"{namespace}-{claim}"
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "claimRef": {"namespace": namespace, "name": claim},
+                 "hostPath": {"path": str(folder), "type": "Directory"}},
+    })  # fmt: skip
+    try:
+        yield name
+    finally:
+        core.delete_persistent_volume(name)
+
+
+@contextlib.contextmanager
+def shared_claim(cluster: Any, namespace: str) -> Iterator[None]:
+    """The claim :data:`SHARED_CLAIM` of the node's shared folder in ``namespace``."""
+    from kubernetes import client
+
+    with host_volume(cluster, namespace, SHARED_CLAIM, shared_folder(cluster)) as volume:
+        client.CoreV1Api(cluster.api_client()).create_namespaced_persistent_volume_claim(
+            namespace,
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": SHARED_CLAIM},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                      "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}}},
+        )  # fmt: skip
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +130,16 @@ def trainer_installed(one_node_cluster):
 @pytest.fixture(scope="module")
 def trainer_cluster(trainer_installed):
     """The Trainer's cluster with the suite's component image loaded, and our runtime given
-    the node's shared folder; the runtime is put back as shipped afterwards."""
-    from cluster import images
-
+    the claim of the node's shared folder (:func:`shared_claim`: each namespace a TrainJob runs
+    in needs it); the runtime is put back as shipped afterwards."""
     cluster = trainer_installed
-    image = images.suite_image("component")
-    cluster.load_images([image])
-    shared = cluster.state / "shared"
-    shared.mkdir(exist_ok=True)
+    image = cluster_image(cluster)
+    shared = shared_folder(cluster)
     shipped = cluster.kubectl("kustomize", str(ROOT / "k8s" / "trainer-runtime")).stdout
     (runtime,) = _documents(shipped)
     pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     pod["spec"].setdefault("volumes", []).append(
-        {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}
+        {"name": "shared", "persistentVolumeClaim": {"claimName": SHARED_CLAIM}}
     )
     pod["spec"]["containers"][0].setdefault("volumeMounts", []).append(
         {"name": "shared", "mountPath": str(shared)}
@@ -84,43 +153,62 @@ def trainer_cluster(trainer_installed):
                         "--field-manager=tfrs-tests", "-f", "-", stdin=shipped)  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def digits_on_node(trainer_cluster, tmp_path_factory):
-    """The digits dataset sharded and published into a registry on the node's shared folder."""
-    from tfrecord_suite import demo_data
-    from tfrecord_suite.registry.datasets import Registry
-    from tfrecord_suite.shard.step import ShardConfig, run_shard
+@pytest.fixture
+def shared_namespace(trainer_installed, cluster_namespace) -> Iterator[str]:
+    """:func:`cluster_namespace` with the claim of the node's shared folder."""
+    with shared_claim(trainer_installed, cluster_namespace):
+        yield cluster_namespace
 
-    _, _, shared = trainer_cluster
+
+def publish_on_node(shared: Path, staged: str, dataset: str) -> dict[str, Any]:
+    """Publish ``staged`` shards as ``dataset`` into a registry of its own in a new folder of
+    the node's shared folder: that folder (``work``), the version's ``ref`` and ``digest``."""
+    from tfrecord_suite.registry.datasets import Registry
+
     work = shared / f"t-{uuid.uuid4().hex[:8]}"
-    raw = demo_data.write_digits(str(tmp_path_factory.mktemp("digits") / "digits"))
-    staged = str(tmp_path_factory.mktemp("staged") / "staged")
-    run_shard(ShardConfig(input=raw, output=staged, num_shards=4))
     registry = Registry(str(work / "registry"))
-    result = registry.publish(staged, "digits")
+    result = registry.publish(staged, dataset)
     # the step and the trainers run as UID 10001 (the image's user)
     for path in [work, *work.rglob("*")]:
         path.chmod(0o777 if path.is_dir() else 0o666)
-    yield {
+    return {
         "work": work,
-        "ref": f"{registry.root}/digits@{result.version}",
+        "ref": f"{registry.root}/{dataset}@{result.version}",
         "digest": result.manifest.content_digest,
     }
 
 
-def _launcher_account(cluster: Any, namespace: str) -> None:
-    """The run's account with the suite's launcher Role (k8s/base/role.yaml), as installed."""
-    role = yaml.safe_load((ROOT / "k8s" / "base" / "role.yaml").read_text())
-    binding = yaml.safe_load((ROOT / "k8s" / "base" / "rolebinding.yaml").read_text())
-    binding["subjects"] = [{"kind": "ServiceAccount", "name": STEP_ACCOUNT, "namespace": namespace}]
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": STEP_ACCOUNT}}
-    cluster.kubectl("apply", "-n", namespace, "-f", "-",
-                    stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                      "items": [account, role, binding]}))  # fmt: skip
+def publish_digits(shared: Path, tmp: Path) -> dict[str, Any]:
+    """The digits dataset sharded (4 training shards) and published on the node
+    (:func:`publish_on_node`); ``tmp`` a folder of this machine's for the raw and staged files."""
+    from tfrecord_suite import demo_data
+    from tfrecord_suite.shard.step import ShardConfig, run_shard
+
+    raw = demo_data.write_digits(str(tmp / "digits"))
+    staged = str(tmp / "staged")
+    run_shard(ShardConfig(input=raw, output=staged, num_shards=4))
+    return publish_on_node(shared, staged, "digits")
+
+
+@pytest.fixture(scope="module")
+def digits_on_node(trainer_cluster, tmp_path_factory):
+    """The digits dataset sharded and published into a registry on the node's shared folder."""
+    _, _, shared = trainer_cluster
+    return publish_digits(shared, tmp_path_factory.mktemp("digits"))
+
+
+def run_account(cluster: Any, namespace: str, tmp_path: Path) -> Any:
+    """The run's account with the suite's launcher Role (k8s/base/role.yaml), as installed
+    (``support.launcher_account``: its token, an ApiClient presenting it, a kubeconfig)."""
+    return launcher_account(cluster.control_plane, namespace, tmp_path / "kubeconfig",
+                            account=STEP_ACCOUNT)  # fmt: skip
 
 
 def _step_pod(name: str, image: str, executor_input: dict[str, Any], run_id: str) -> dict:
-    """The train step's pod as a Kubeflow backend would make it from the compiled component."""
+    """The train step's pod as a Kubeflow backend would make it from the compiled pipeline:
+    the component's command, the trainer labels and the images' user the pipeline gives its
+    train task (kfp/steps.py), and the rest of what Pod Security ``restricted`` asks for, which
+    Kubeflow's driver adds to every step's pod (the Kubeflow Pipelines tests run the real one)."""
     spec = yaml.safe_load(TRAIN_COMPONENT.read_text())
     container = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
     args = [json.dumps(executor_input) if a == "{{$}}" else a for a in container["args"]]
@@ -131,10 +219,11 @@ def _step_pod(name: str, image: str, executor_input: dict[str, Any], run_id: str
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {"pipeline/runid": run_id}},
+        "metadata": {"name": name, "labels": {podinfo.RUN_ID_LABEL: run_id, **TRAINER_LABELS}},
         "spec": {
             "restartPolicy": "Never",
             "serviceAccountName": STEP_ACCOUNT,
+            "securityContext": pod_security(runAsUser=IMAGE_UID),
             "containers": [
                 {
                     "name": "main",
@@ -143,11 +232,12 @@ def _step_pod(name: str, image: str, executor_input: dict[str, Any], run_id: str
                     "command": container["command"],
                     "args": args,
                     "env": [*env, {"name": "TFRECORD_SUITE_IMAGE", "value": image}],
-                    "resources": {"requests": {"cpu": "250m", "memory": "2Gi"}},
+                    "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}},
+                    "securityContext": container_security(),
                     "volumeMounts": [{"name": "shared", "mountPath": "@SHARED@"}],
                 }
             ],
-            "volumes": [{"name": "shared", "hostPath": {"path": "@SHARED@"}}],
+            "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": SHARED_CLAIM}}],
         },
     }
 
@@ -211,15 +301,32 @@ def _trainjobs(cluster: Any, namespace: str) -> list[dict[str, Any]]:
     )["items"]
 
 
-def _node_pods(cluster: Any, namespace: str) -> list[Any]:
-    """The pods of any TrainJob's JobSet in ``namespace``."""
+def pods_as_stored(cluster: Any, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """The pods of ``selector`` in ``namespace`` as the API server holds them (JSON: the
+    client's models know no field newer than their release, such as a container's ``user``)."""
     from kubernetes import client
 
-    return (
-        client.CoreV1Api(cluster.api_client())
-        .list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name")
-        .items
-    )
+    core = client.CoreV1Api(cluster.api_client())
+    reply = core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    return json.loads(reply.data)["items"]
+
+
+def _node_pods(cluster: Any, namespace: str) -> list[dict[str, Any]]:
+    """The pods of any TrainJob's JobSet in ``namespace``."""
+    return pods_as_stored(cluster, namespace, "jobset.sigs.k8s.io/jobset-name")
+
+
+def ran_restricted(pod: dict[str, Any]) -> list[str]:
+    """What a pod, as the API server admitted it and the kubelet ran it, lacks of Pod Security
+    ``restricted``: the profile's controls on the stored pod (tests/fakes/pod_security.py), and
+    each container the runtime reports running as another user than the images' (or not at
+    all: ``status.containerStatuses[].user``). Empty when nothing."""
+    out = violations(pod)
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        uid = ((status.get("user") or {}).get("linux") or {}).get("uid")
+        if uid != IMAGE_UID:
+            out.append(f"container {status['name']} ran as user {uid}")
+    return out
 
 
 def run_train_step(trainer_cluster, namespace, data, name, **parameters) -> dict[str, Any]:
@@ -230,13 +337,13 @@ def run_train_step(trainer_cluster, namespace, data, name, **parameters) -> dict
     out = start_train_step(trainer_cluster, namespace, data, name, **parameters)
     core = client.CoreV1Api(cluster.api_client())
     trainjobs: dict[str, dict] = {}
-    trainer_pods: set[str] = set()
+    trainer_pods: dict[str, dict[str, Any]] = {}  # each as last seen
     deadline = time.monotonic() + 1800
     phase = ""
     while time.monotonic() < deadline:
         phase = core.read_namespaced_pod(name, namespace).status.phase
         trainjobs.update({j["metadata"]["name"]: j for j in _trainjobs(cluster, namespace)})
-        trainer_pods.update(p.metadata.name for p in _node_pods(cluster, namespace))
+        trainer_pods.update({p["metadata"]["name"]: p for p in _node_pods(cluster, namespace)})
         if phase in ("Succeeded", "Failed"):
             break
         time.sleep(3)
@@ -258,12 +365,12 @@ def _model(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
-    trainer_cluster, digits_on_node, cluster_namespace
+    trainer_cluster, digits_on_node, shared_namespace, tmp_path
 ):
 
     cluster = trainer_cluster[0]
-    ns = cluster_namespace
-    _launcher_account(cluster, ns)
+    ns = shared_namespace
+    run_account(cluster, ns, tmp_path)
     placement = json.dumps(SMALL)
 
     # the same global batch (the component's batch_size is per replica), so the same steps at
@@ -281,7 +388,12 @@ def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
     # owned by the step's lease (launch/lease.py), a Job the step's pod owns
     (owner,) = job["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Job", lease_name(job["metadata"]["name"]))
-    assert len(two["trainer_pods"]) == 2, two["trainer_pods"]
+    assert len(two["trainer_pods"]) == 2, list(two["trainer_pods"])
+    # JobSet made them in a namespace that enforces Pod Security restricted: admitted, and run
+    # as the images' user
+    assert {n: ran_restricted(p) for n, p in two["trainer_pods"].items()} == {
+        n: [] for n in two["trainer_pods"]
+    }
     # the step reports each node's log tail: both joined one 2-replica collective and ended
     # with the same weights, bit for bit (each step applied the same all-reduced gradients)
     digests = []
@@ -307,11 +419,12 @@ def test_train_step_launches_a_trainjob_whose_two_nodes_train_as_well_as_one(
 
 
 def test_a_job_whose_nodes_cannot_be_scheduled_says_why(
-    trainer_installed, cluster_namespace, caplog
+    trainer_installed, shared_namespace, tmp_path, caplog
 ):
     """Nodes that ask for more than any node has stay Pending until the job's deadline (24
-    hours by default). The launcher names the scheduler's reason while it waits, and in the
-    failure, instead of only "Pending" and, a day later, "exceeded its active deadline"."""
+    hours by default). The launcher, as the run's account, names the scheduler's reason while
+    it waits, and in the failure, instead of only "Pending" and, a day later, "exceeded its
+    active deadline"."""
     import logging
 
     from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher
@@ -319,25 +432,26 @@ def test_a_job_whose_nodes_cannot_be_scheduled_says_why(
     from tfrecord_suite.launch.trainjob import TrainJob
 
     cluster = trainer_installed
+    runner = run_account(cluster, shared_namespace, tmp_path)
     config = JobConfig(
         name="too-big",
         image=cluster.system_images["probe"],  # never started
         trainer_args=["--dataset", "/nowhere/d@1.0.0", "--model-dir", "/tmp/m"],
         workers=2,
-        namespace=cluster_namespace,
+        namespace=shared_namespace,
         placement=Placement(cpu_request="64"),
         timeout_seconds=45,
         poll_seconds=3,
     )
     with caplog.at_level(logging.INFO), pytest.raises(JobError) as failed:
-        JobLauncher(TrainJob, cluster.api_client()).run(config)
+        JobLauncher(TrainJob, runner.api).run(config)
     waiting = [r.getMessage() for r in caplog.records if "Insufficient cpu" in r.getMessage()]
     assert waiting and "node-0" in waiting[0], caplog.text  # said while it waited
     assert "Insufficient cpu" in str(failed.value), failed.value  # and in the failure
 
 
 def test_deleting_the_step_mid_train_leaves_nothing_running(
-    trainer_cluster, digits_on_node, cluster_namespace
+    trainer_cluster, digits_on_node, shared_namespace, tmp_path
 ):
     """A run's step pod deleted while its two nodes train: the garbage collector deletes its
     lease and the TrainJob the lease owns, the Trainer its JobSet, and the kubelet stops the
@@ -345,17 +459,17 @@ def test_deleting_the_step_mid_train_leaves_nothing_running(
     from kubernetes import client
 
     cluster = trainer_cluster[0]
-    ns = cluster_namespace
-    _launcher_account(cluster, ns)
+    ns = shared_namespace
+    run_account(cluster, ns, tmp_path)
     start_train_step(trainer_cluster, ns, digits_on_node, "cancel", workers=2, epochs=500,
                      batch_size=32, placement=json.dumps(SMALL))  # fmt: skip
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        running = [p for p in _node_pods(cluster, ns) if p.status.phase == "Running"]
+        running = [p for p in _node_pods(cluster, ns) if p["status"]["phase"] == "Running"]
         if len(running) == 2:
             break
         time.sleep(2)
-    assert len(running) == 2, [p.status.phase for p in _node_pods(cluster, ns)]
+    assert len(running) == 2, [p["status"]["phase"] for p in _node_pods(cluster, ns)]
     time.sleep(15)  # well into training
     core = client.CoreV1Api(cluster.api_client())
     core.delete_namespaced_pod("cancel", ns)
