@@ -114,8 +114,8 @@ def build_network_policy_image() -> str:
 
 
 def network_policy_manifests(image: str) -> str:
-    """Upstream's ``install.yaml`` (kept by build.sh beside the engine) as one JSON list, changed
-    only where this cluster needs it; each change says why."""
+    """Upstream's ``install.yaml`` (kept by build.sh beside the engine), changed only where this
+    cluster needs it; each change says why."""
     source = part("kube-network-policies") / "install.yaml"
     docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
     (daemonset,) = [d for d in docs if d["kind"] == "DaemonSet"]
@@ -140,7 +140,7 @@ def network_policy_manifests(image: str) -> str:
     nri = {"nri-plugin", "netns"}
     pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in nri]
     container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in nri]
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def install_network_policies(cluster: Cluster) -> None:
@@ -148,7 +148,7 @@ def install_network_policies(cluster: Cluster) -> None:
     upstream's DaemonSet; wait until its pod is ready and its rules are in the kernel."""
     image = build_network_policy_image()
     cluster.load_images([image])
-    cluster.apply(network_policy_manifests(image))
+    cluster.apply(small_node(network_policy_manifests(image)))
     cluster.kubectl("-n", "kube-system", "rollout", "status", "daemonset/kube-network-policies",
                     "--timeout=180s")  # fmt: skip
     cluster.wait(
