@@ -331,7 +331,7 @@ STORAGE_SECRET = "tfrecord-suite-storage"
 #: common 4-CPU node's share)
 SMALL_STEPS = (
     "fingerprint=100m/256Mi,shard=500m/2Gi,version=200m/1Gi,resolve_dataset=100m/256Mi,"
-    "train=500m/3Gi,evaluate=300m/2Gi,register=200m/1Gi,promote=100m/256Mi,report=100m/256Mi"
+    "train=200m/2Gi,evaluate=300m/2Gi,register=200m/1Gi,promote=100m/256Mi,report=100m/256Mi"
 )
 
 
@@ -370,10 +370,19 @@ def profile_prefix(namespace: str = PROFILE) -> str:
     return f"s3://mlpipeline/private/{namespace}"
 
 
-def apply_suite_overlay(cluster: Cluster, image_set: Any, namespace: str = PROFILE) -> Path:
+def apply_suite_overlay(
+    cluster: Cluster,
+    image_set: Any,
+    namespace: str = PROFILE,
+    retrain: dict[str, Any] | None = None,
+) -> Path:
     """``kubectl apply -k k8s/overlays/multi-user`` from a copy of ``k8s/`` edited as
     docs/deploy.md tells a user to: ``k8s/images`` set to ``image_set``'s registry and tag (the
-    profile named in the overlay is already this one). Returns the copy."""
+    profile named in the overlay is already this one); with ``retrain``, those settings in
+    ``k8s/base/retrain.yaml`` and the S3 keys' component (``k8s/credentials/s3-keys``) added to
+    the overlay, as that component's comment says. Returns the copy."""
+    import yaml
+
     from tfrecord_suite.images import DEFAULT_REGISTRY, DEFAULT_TAG
 
     overlay = cluster.state / "suite-k8s"
@@ -390,5 +399,11 @@ def apply_suite_overlay(cluster: Cluster, image_set: Any, namespace: str = PROFI
     multi_user = overlay / "overlays" / "multi-user" / "kustomization.yaml"
     if f"namespace: {namespace}" not in multi_user.read_text():
         raise AssertionError(f"{multi_user} does not name the profile {namespace}")
+    if retrain:
+        settings_file = overlay / "base" / "retrain.yaml"
+        settings = yaml.safe_load(settings_file.read_text())
+        settings_file.write_text(yaml.safe_dump({**settings, **retrain}, sort_keys=False))
+        with multi_user.open("a") as fh:
+            fh.write("components:\n  - ../../credentials/s3-keys\n")
     cluster.kubectl("apply", "-k", str(overlay / "overlays" / "multi-user"))
     return overlay

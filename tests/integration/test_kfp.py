@@ -101,13 +101,26 @@ def params(values: dict[str, Any]) -> list[str]:
     return [arg for key, value in values.items() for arg in ("--param", f"{key}={value}")]
 
 
-def test_data_pipeline_runs_and_an_identical_submission_is_cached(kfp_profile, penguins):
+@pytest.fixture(scope="module")
+def data_run(kfp_profile, penguins) -> dict[str, Any]:
+    """The data pipeline's first run on the penguins (its submit summary)."""
+    return submit(kfp_profile, "data", *params(penguins))
+
+
+@pytest.fixture(scope="module")
+def dataset_ref(data_run, penguins) -> str:
+    """The dataset version the data run published."""
+    assert data_run["state"] == "SUCCEEDED", data_run
+    return f"{penguins['registry_root']}/{penguins['dataset_name']}@1.0.0"
+
+
+def test_data_pipeline_runs_and_an_identical_submission_is_cached(kfp_profile, penguins, data_run):
     """The data pipeline (fingerprint, shard, version) succeeds; the staged and published
     datasets' metadata read back as the UI shows it; every pod ran the compiled images.
     Submitted again unchanged, the shard step comes back cached (its cache key is the
     fingerprint of the same input), while the fingerprint and the publish run again, as
     kfp/steps.py says they must."""
-    first = submit(kfp_profile, "data", *params(penguins))
+    first = data_run
     assert first["state"] == "SUCCEEDED", first
     assert first["backend"] == "2.17.0" and first["namespace"] == kfp_profile.namespace
     tasks = lineage(kfp_profile, first["run_id"])
@@ -131,3 +144,171 @@ def test_data_pipeline_runs_and_an_identical_submission_is_cached(kfp_profile, p
     run = client(kfp_profile).get_run(second["run_id"])
     states = {t.display_name: t.state for t in run.run_details.task_details}
     assert states["shard"] == "SUCCEEDED", states
+
+
+#: The trainer nodes' and the launching step's requests, so two nodes, the step and the
+#: cluster's own pods fit the 2-CPU node
+SMALL_JOB = ["--cpu-request", "300m", "--memory-request", "2Gi"]
+
+
+def trainjob_objects(profile: Any) -> tuple[list[dict], list[Any]]:
+    """The profile's TrainJobs and their JobSet's pods."""
+    from kubernetes import client as k8s
+
+    api = profile.cluster.api_client()
+    jobs = k8s.CustomObjectsApi(api).list_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", profile.namespace, "trainjobs"
+    )["items"]
+    pods = (
+        k8s.CoreV1Api(api)
+        .list_namespaced_pod(profile.namespace, label_selector="jobset.sigs.k8s.io/jobset-name")
+        .items
+    )
+    return jobs, pods
+
+
+def test_training_pipeline_launches_its_trainjob_as_the_runs_own_account(kfp_profile, dataset_ref):
+    """The training pipeline with workers=2: its train step, inside the KFP run, creates a
+    TrainJob as the run's own account (the profile's default-editor, which k8s/ binds the
+    launcher Role to), the Trainer and JobSet run its two nodes from the compiled images, both
+    train, and the step deletes the TrainJob when done."""
+    account = f"system:serviceaccount:{kfp_profile.namespace}:default-editor"
+    seen_jobs: dict[str, dict] = {}
+    seen_images: set[str] = set()
+    started = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+                     *params({"dataset_ref": dataset_ref, "workers": 2, "epochs": 3,
+                              "batch_size": 32}), wait=False)  # fmt: skip
+    kfp = client(kfp_profile)
+    deadline = time.monotonic() + 2400
+    while time.monotonic() < deadline:
+        jobs, pods = trainjob_objects(kfp_profile)
+        seen_jobs.update({j["metadata"]["name"]: j for j in jobs})
+        seen_images.update(c.image for p in pods for c in p.spec.containers)
+        run = kfp.get_run(started["run_id"])
+        if run.state in ("SUCCEEDED", "FAILED", "CANCELED"):
+            break
+        time.sleep(5)
+    assert run.state == "SUCCEEDED", run.error
+    (job,) = seen_jobs.values()
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    assert seen_images == {f"{kfp_profile.images.registry}/tfrecord-suite:{kfp_profile.images.tag}"}
+    created = [
+        e for e in kfp_profile.cluster.control_plane.requests_by(account)
+        if e["verb"] == "create" and e["objectRef"].get("resource") == "trainjobs"
+    ]  # fmt: skip
+    assert created and created[0]["responseStatus"]["code"] == 201, created
+    assert not trainjob_objects(kfp_profile)[0]  # deleted when training was done
+    model = lineage(kfp_profile, started["run_id"])["Train (tf.distribute)"]["outputs"]["model"]
+    assert model["properties"]["replicas"] == 2.0
+    assert model["properties"]["strategy"] == "CollectiveAllReduceStrategy"
+    assert_images_compiled(kfp_profile, run_pods(kfp_profile, started["run_id"]))
+
+
+def test_a_run_cancelled_mid_train_leaves_nothing_running(kfp_profile, dataset_ref):
+    """Terminated from the API while its TrainJob's two nodes train, the run ends (KFP 2.17
+    reports a terminated run as FAILED: nothing in it writes CANCELED) and within a minute its
+    TrainJob and the nodes' pods are gone: Argo signals the step, whose launcher deletes the
+    job it made."""
+    started = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+                     *params({"dataset_ref": dataset_ref, "workers": 2, "epochs": 500,
+                              "batch_size": 32}), wait=False)  # fmt: skip
+    from realparts.processes import wait_for
+
+    def nodes_training() -> bool:
+        _, pods = trainjob_objects(kfp_profile)
+        return len([p for p in pods if p.status.phase == "Running"]) == 2
+
+    wait_for(nodes_training, 1800, "the TrainJob's two nodes running", interval=3)
+    time.sleep(20)  # well into training
+    kfp = client(kfp_profile)
+    kfp.terminate_run(started["run_id"])
+    cancelled = time.monotonic()
+    wait_for(lambda: trainjob_objects(kfp_profile) == ([], []), 60,
+             "the TrainJob and its pods deleted", interval=2)  # fmt: skip
+    gone = time.monotonic() - cancelled
+    run = wait_for(
+        lambda: (r := kfp.get_run(started["run_id"])).state in ("FAILED", "CANCELED") and r,
+        300, "the run's end", interval=5,
+    )  # fmt: skip
+    print(f"TrainJob and nodes gone {gone:.0f} s after the run was terminated; run {run.state}")
+    assert run.state in ("FAILED", "CANCELED")
+
+
+def test_a_recurring_run_starts_runs_on_its_schedule(kfp_profile, penguins):
+    """A recurring run of the data pipeline every 20 seconds (six cron fields, seconds first;
+    one run at a time) starts at least two runs of its own; it is then deleted and its runs
+    terminated."""
+    kfp = client(kfp_profile)
+    job = submit(kfp_profile, "data", "--schedule", "*/20 * * * * *", *params(penguins),
+                 wait=False)  # fmt: skip
+    recurring = job["recurring_run_id"]
+
+    def own_runs() -> list[Any]:
+        runs = kfp.list_runs(namespace=kfp_profile.namespace, page_size=100).runs or []
+        return [r for r in runs if r.recurring_run_id == recurring]
+
+    from realparts.processes import wait_for
+
+    try:
+        runs = wait_for(lambda: len(own_runs()) >= 2 and own_runs(), 1200,
+                        "two runs of the recurring run", interval=10)  # fmt: skip
+    finally:
+        kfp.delete_recurring_run(recurring)
+        for run in own_runs():
+            if run.state in ("PENDING", "RUNNING"):
+                kfp.terminate_run(run.run_id)
+    created = sorted(r.created_at for r in runs)
+    assert created[1] > created[0]
+
+
+def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, penguins):
+    """The retraining CronJob of k8s/ (multi-user overlay, its own account and narrow Role,
+    its projected token) runs in the profile as deployed and starts a run on the API server.
+    The real API server authorizes what that account may do (SubjectAccessReview on
+    pipelines.kubeflow.org): reading the run it made is allowed, terminating it is refused."""
+    from cluster import kubeflow_pipelines as kfp
+    from kubernetes import client as k8s
+
+    from tfrecord_suite.kfp.endpoint import KfpEndpoint
+
+    cluster, ns = kfp_profile.cluster, kfp_profile.namespace
+    settings = {
+        "input": penguins["input_uri"],
+        # a registry of its own: with --if-changed it submits when no version holds this input
+        "registry": f"{kfp_profile.root}/retrain-{time.strftime('%H%M%S')}",
+        "dataset": "penguins",
+        "storage-secret": kfp.STORAGE_SECRET,
+        "storage-secret-type": "s3-keys",
+        "step-resources": kfp.SMALL_STEPS,
+        "params": {"label": "species", "epochs": 2, "batch_size": 64},
+    }
+    kfp.apply_suite_overlay(cluster, kfp_profile.images, retrain=settings)
+    job = f"retrain-{time.strftime('%H%M%S')}"
+    # what the CronJob controller does at the schedule, now (set-up, as the admin)
+    cluster.kubectl("-n", ns, "create", "job", job, "--from=cronjob/tfrecord-suite-retrain")
+    core = k8s.CoreV1Api(cluster.api_client())
+    from realparts.processes import wait_for
+
+    def finished() -> Any:
+        status = k8s.BatchV1Api(cluster.api_client()).read_namespaced_job(job, ns).status
+        return (status.succeeded or status.failed) and status
+
+    status = wait_for(finished, 900, f"the CronJob's Job {job}", interval=5)
+    (pod,) = core.list_namespaced_pod(ns, label_selector=f"job-name={job}").items
+    log = core.read_namespaced_pod_log(pod.metadata.name, ns, _preload_content=False).data
+    assert status.succeeded, log.decode()[-4000:]
+    summary = json.loads(log[log.index(b"{") :])
+    assert summary["submitted"], summary
+    run_id = summary["run_id"]
+
+    token = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
+    token.write(kfp.token(cluster, "tfrecord-suite-retrain", ns))
+    token.close()
+    as_cronjob = KfpEndpoint(kfp_profile.host, ns, token_file=token.name).client(ns)
+    assert as_cronjob.get_run(run_id).run_id == run_id  # its Role: runs get
+    with pytest.raises(Exception) as denied:
+        as_cronjob.terminate_run(run_id)  # no terminate in its Role
+    assert getattr(denied.value, "status", None) == 403, denied.value
+    assert "terminate" in str(denied.value) and "runs" in str(denied.value), denied.value
+    client(kfp_profile).terminate_run(run_id)  # as the profile's editor: allowed
+    os.unlink(token.name)

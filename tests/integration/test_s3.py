@@ -14,6 +14,8 @@ import collections
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -282,6 +284,33 @@ def test_shard_version_and_train_steps_on_s3(s3_bucket, penguins_csv, tmp_path):
     train_step_in_a_process(ref, digest, out, {"TMPDIR": str(stage)})
     local = [f for _, _, names in os.walk(tmp_path) for f in names if ".tfrecord" in f]
     assert local == []  # staged copies were deleted once read
+
+
+@pytest.mark.slow
+def test_a_trainer_with_a_local_model_dir_publishes_its_outputs_to_s3(
+    s3_bucket, s3_server, penguins_csv, tmp_path
+):
+    """What a TrainJob's nodes do where the registry is on s3:// (TensorFlow cannot write
+    there): `tfrecord-suite train --model-dir LOCAL --publish-to s3://...` trains into the local
+    folder and the chief copies the export, metrics and report to the bucket, where the train
+    step reads them back; checkpoints and backups stay local."""
+    _, ref, _ = shard_and_version_penguins(s3_bucket, penguins_csv, tmp_path)
+    published = f"{s3_bucket}/_runs/job/model"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrecord_suite.cli", "train", "--dataset", ref,
+         "--model-dir", str(tmp_path / "model"), "--publish-to", published, "--epochs", "2",
+         "--json"],
+        env={**os.environ, **s3_server.env(), "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with s3_env(s3_server.env()):
+        names = {storage.relative_to(i.uri, published) for i in storage.list_files(published)}
+        assert {"export/saved_model.pb", "metrics.json", "report.md"} <= names, names
+        assert not any(n.startswith(("checkpoints", "backup", "logs")) for n in names), names
+        copied = storage.read_text(f"{published}/metrics.json")
+    assert copied == (tmp_path / "model" / "metrics.json").read_text()
+    assert os.path.isdir(tmp_path / "model" / "checkpoints")  # kept where TensorFlow wrote
 
 
 def test_model_registry_on_s3_and_the_gate_scores_a_baseline_there(tmp_path, s3_bucket):

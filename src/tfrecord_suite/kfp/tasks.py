@@ -28,7 +28,8 @@ from typing import Any
 from tfrecord_suite import images, tf_import
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.io import storage
-from tfrecord_suite.kfp.mlmd import describe, log_metrics
+from tfrecord_suite.kfp.mlmd import describe, log_metrics, step_metadata
+from tfrecord_suite.markdown import code
 from tfrecord_suite.podinfo import PodInfo
 
 _LOG = logging.getLogger(__name__)
@@ -361,7 +362,7 @@ def train_task(
     ``--image-pull-secrets``: :mod:`tfrecord_suite.launch.credentials`).
     """
     from tfrecord_suite.launch.train_step import cluster_input_service, launching, train_in_job
-    from tfrecord_suite.train.trainer import TrainConfig
+    from tfrecord_suite.train.trainer import TrainConfig, copy_model_outputs
 
     _setup_logging()
     _check_train_inputs(dataset_ref, dataset_digest, workers)
@@ -393,7 +394,7 @@ def train_task(
         else:
             image = trainer_image or running_images().trainer(where.accelerator_resource)
             result = train_in_job(config, workers, where, launch, image, keep_failed_tfjob)
-            _copy_model_outputs(result.model_dir, model.path)
+            copy_model_outputs(result.model_dir, model.path)
     _fill_train_artifacts(result, model, metrics, classification_metrics, report)
 
 
@@ -424,20 +425,6 @@ def _placement(text: str, launcher: str = "") -> Any:
         with _final_on_bad_input("train"):
             where = dataclasses.replace(where, launcher=launcher)
     return where
-
-
-#: What Kubeflow keeps of a distributed job's model folder: the SavedModel, metrics and reports (the
-#: checkpoints and backups stay beside the run under the registry).
-_MODEL_OUTPUTS = ("export", "metrics.json", "report.md", "report.html", "transforms.json",
-                  "training_curves.png",
-                  "feature_config.yaml")  # fmt: skip
-
-
-def _copy_model_outputs(src: str, dst: str) -> None:
-    for info in storage.list_files(src):
-        rel = storage.relative_to(info.uri, src)
-        if rel.split("/")[0] in _MODEL_OUTPUTS:
-            storage.copy(info.uri, os.path.join(dst, rel))
 
 
 def _fill_train_artifacts(
@@ -492,8 +479,14 @@ def report_task(
     evaluation: Any = None,
     registered: Any = None,
 ) -> str:
-    """A closing Markdown summary: where the dataset version, the model and the metrics are."""
+    """A closing Markdown summary: where the dataset version, the model and the metrics are.
+
+    The metrics are the train step's own (:func:`~tfrecord_suite.kfp.mlmd.step_metadata`): on
+    Kubeflow the artifact arrives with the launcher's ``display_name`` and ``store_session_info``
+    beside them, which are no metric.
+    """
     gate = dict(evaluation.metadata) if evaluation is not None else {}
+    logged = step_metadata(metrics.metadata)
     reg = dict(registered.metadata) if registered is not None else {}
     lines = [
         "# tfrecord-suite run",
@@ -518,7 +511,7 @@ def report_task(
         "| metric | value |",
         "|---|---:|",
     ]
-    lines += [f"| {k} | {v} |" for k, v in sorted(metrics.metadata.items())]
+    lines += [f"| {code(k)} | {v} |" for k, v in sorted(logged.items())]
     text = "\n".join(lines) + "\n"
     _write_markdown(summary, text)
     return json.dumps(
@@ -530,7 +523,7 @@ def report_task(
                 model.uri, model.metadata.get("export_subdir") or EXPORT_SUBDIR
             ),
             "metrics_file": storage.join(model.uri, "metrics.json"),
-            "metrics": dict(metrics.metadata),
+            "metrics": logged,
             "registered_model": int(reg["version"]) if reg.get("version") is not None else None,
             "registered_model_uri": reg.get("registered_uri"),
             "gate": gate.get("decision"),

@@ -34,6 +34,9 @@ from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.podinfo import PodInfo
 
 _LOG = logging.getLogger(__name__)
+#: Where a job's nodes train when the registry's store is one TensorFlow cannot write
+#: (``s3://``): a folder of the node's own (TrainConfig.publish_to copies the outputs out)
+NODE_MODEL_DIR = "/tmp/tfrecord-suite-model"
 
 
 @dataclasses.dataclass
@@ -195,10 +198,17 @@ def train_in_job(
     )
     from tfrecord_suite.registry.refs import DatasetRef
     from tfrecord_suite.train.metrics import TrainMetrics
+    from tfrecord_suite.train.staging import tensorflow_reads
 
     name = job_name(launch.run_key)
     shared = storage.join(DatasetRef.parse(config.dataset).root, "_runs", name, "model")
-    config = dataclasses.replace(config, model_dir=shared)
+    if tensorflow_reads(shared):
+        config = dataclasses.replace(config, model_dir=shared)
+    else:
+        # TensorFlow cannot write there (s3://): the nodes train into a folder of their own
+        # and the chief copies the model's outputs there when done; a node restarted mid-run
+        # then starts its epochs over (its backups were its own)
+        config = dataclasses.replace(config, model_dir=NODE_MODEL_DIR, publish_to=shared)
     config.validate()
     if config.strategy == "auto" and workers > 1:
         config.strategy = "multi_worker"
@@ -228,4 +238,5 @@ def train_in_job(
             if launcher.kept and launch.lease is not None:
                 launch.lease.keep(FINISHED_TTL_SECONDS)
             raise
-    return TrainMetrics.load(shared)
+    # the chief's metrics, where the step reads the model from
+    return dataclasses.replace(TrainMetrics.load(shared), model_dir=shared)

@@ -39,6 +39,11 @@ from tfrecord_suite.train.service import (
 _LOG = logging.getLogger(__name__)
 EXPORT_DIR = "export"
 KERAS_FILE = "model.keras"
+#: What is kept of a model folder where a model is handed on (a Kubeflow artifact, a store
+#: TensorFlow cannot write): the SavedModel, metrics and reports; checkpoints, backups and logs
+#: stay where they were written
+MODEL_OUTPUTS = (EXPORT_DIR, "metrics.json", "report.md", "report.html", "transforms.json",
+                 "training_curves.png", "feature_config.yaml")  # fmt: skip
 
 
 class TrainError(UserError, RuntimeError):
@@ -79,6 +84,9 @@ class TrainConfig:
         input_service_stall_seconds: With an input service, end the run (exit 75, for the job
             to restart and resume) when no step completes for this long: a worker lost for good
             stalls the service forever.
+        publish_to: Where the chief copies the model's outputs (the export, metrics and reports)
+            when training ends, for a store TensorFlow cannot write itself (``s3://``) while
+            model_dir stays local; empty: nowhere.
 
     """
 
@@ -114,6 +122,7 @@ class TrainConfig:
     probe_steps: int = 30
     input_service: str = ""
     input_service_stall_seconds: float = 600.0
+    publish_to: str = ""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first absurd parameter."""
@@ -296,7 +305,17 @@ def run_train(config: TrainConfig) -> TrainMetrics:
         from tfrecord_suite.train import report
 
         report.write_report(model_dir, metrics, data.schema)
+        if config.publish_to:
+            copy_model_outputs(model_dir, config.publish_to)
     return metrics
+
+
+def copy_model_outputs(src: str, dst: str) -> None:
+    """Copy what :data:`MODEL_OUTPUTS` names of the model folder ``src`` to ``dst``."""
+    for info in storage.list_files(src):
+        rel = storage.relative_to(info.uri, src)
+        if rel.split("/")[0] in MODEL_OUTPUTS:
+            storage.copy(info.uri, storage.join(dst, rel))
 
 
 def check_finite(
