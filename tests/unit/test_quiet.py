@@ -77,3 +77,44 @@ def test_an_empty_dead_letters_sink_says_nothing_and_other_sink_warnings_pass(ca
     assert [r.getMessage() for r in caplog.records] == [
         "Deleting 2 existing files in target path matching: dead-*"
     ]
+
+
+def _root_warning(module_file: str, msg: str, *args: object) -> None:
+    """``logging.log(WARNING, msg, *args)`` as called from ``module_file``."""
+    root = logging.getLogger()
+    root.handle(root.makeRecord("root", logging.WARNING, module_file, 238, msg, args, None))
+
+
+def test_beams_wait_for_a_job_server_is_said_once_per_server_at_info(caplog):
+    """A JVM that starts slowly (a busy machine) makes Beam warn on every poll; the user is told
+    once per server, with -v, and the root logger's other warnings still show."""
+    from apache_beam.utils import subprocess_server
+
+    quiet.install()
+    beam = subprocess_server.__file__
+    with caplog.at_level(logging.INFO):
+        for endpoint in ("localhost:8099", "localhost:8099", "localhost:8100", "localhost:8099"):
+            _root_warning(beam, quiet.WAITING_FOR_SERVER, endpoint)
+        _root_warning(beam, "Something else at %s.", "localhost:8099")
+        _root_warning(__file__, quiet.WAITING_FOR_SERVER, "not Beam's")
+    said = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        ("tfrecord_suite.shard.quiet", "INFO", "waiting for the runner's job server at "
+         "localhost:8099 to start (a Java one takes a while)"),
+        ("tfrecord_suite.shard.quiet", "INFO", "waiting for the runner's job server at "
+         "localhost:8100 to start (a Java one takes a while)"),
+        ("root", "WARNING", "Something else at localhost:8099."),
+        ("root", "WARNING", "Waiting for grpc channel to be ready at not Beam's."),
+    ]  # fmt: skip
+
+
+def test_the_wait_filtered_is_the_line_beams_job_server_start_logs():
+    """The filter matches Beam's own call (module and format string), so a Beam upgrade that
+    rewords it fails here rather than on a user's screen."""
+    import inspect
+
+    from apache_beam.utils import subprocess_server
+
+    source = inspect.getsource(subprocess_server.SubprocessServer.start)
+    assert f"'{quiet.WAITING_FOR_SERVER}'" in source
+    assert "logging.log(" in source  # the root logger, where install() puts the filter

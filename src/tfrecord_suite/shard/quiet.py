@@ -1,7 +1,8 @@
 """What Beam prints on a shard run that went well, kept off the user's screen.
 
 :func:`install` puts each filter in place once per process; each drops one message whose cause
-is known to be harmless and lets everything else through.
+is known to be harmless (saying it at INFO instead where it tells of progress) and lets
+everything else through.
 """
 
 from __future__ import annotations
@@ -32,6 +33,38 @@ class EmptyDeadLettersFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         """Keep every record but that warning."""
         return not record.getMessage().startswith("No shards found to finalize")
+
+
+#: The line Beam's ``SubprocessServer.start`` (``apache_beam/utils/subprocess_server.py``) logs
+#: through the root logger on every poll of a job server that is not serving yet, as a WARNING
+#: once it has waited about five seconds; a Java job server's JVM often takes longer, more so on
+#: a busy machine.
+WAITING_FOR_SERVER = "Waiting for grpc channel to be ready at %s."
+
+
+class ServerStartFilter(logging.Filter):
+    """Says Beam's wait for a job server to start once, as progress at INFO, not as warnings.
+
+    Only that line of Beam's is dropped; a server that fails to start still raises, and Beam
+    says why on its own logger.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every record but that line; say the first one per server at INFO."""
+        if record.msg != WAITING_FOR_SERVER or record.module != "subprocess_server":
+            return True
+        endpoint = str(record.args[0]) if isinstance(record.args, tuple) and record.args else ""
+        if endpoint not in self._said:
+            self._said.add(endpoint)
+            _LOG.info(
+                "waiting for the runner's job server at %s to start (a Java one takes a while)",
+                endpoint,
+            )
+        return False
 
 
 def is_runner_hangup(error: BaseException | None) -> bool:
@@ -91,6 +124,9 @@ def install() -> None:
     for logger, kind in (
         ("apache_beam.io.filebasedsink", EmptyDeadLettersFilter),
         ("apache_beam.runners.worker.data_plane", RunnerHangupFilter),
+        # Beam logs the wait through logging.log, the root logger: a filter there sees only
+        # records logged on it directly, not those its children pass up to its handlers
+        ("", ServerStartFilter),
     ):
         log = logging.getLogger(logger)
         if not any(isinstance(f, kind) for f in log.filters):
