@@ -1,6 +1,6 @@
 """The resolve_dataset component run through kfp.local: it pins an alias to the exact version
 the version step published (the checks every folder gets are in
-components/test_component_folders.py)."""
+tests/unit/test_component_folders.py)."""
 
 import pytest
 

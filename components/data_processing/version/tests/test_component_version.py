@@ -1,5 +1,5 @@
 """The version component run through kfp.local (the checks every folder gets are in
-components/test_component_folders.py)."""
+tests/unit/test_component_folders.py)."""
 
 import os
 

@@ -1,5 +1,5 @@
 """The evaluate component: its defaults, and a run through kfp.local (the checks every folder gets
-are in components/test_component_folders.py)."""
+are in tests/unit/test_component_folders.py)."""
 
 import json
 
