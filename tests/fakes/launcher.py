@@ -70,3 +70,27 @@ def mlmd_roundtrip(metadata: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+#: A bucket's session as the launcher records it for the UI (``store_session_info``): the
+#: profile's SeaweedFS on the one-node cluster, as ``run_lineage.py`` read it from a real run
+SESSION_INFO = json.dumps(
+    {
+        "Provider": "minio",
+        "Params": {"accessKeyKey": "accesskey", "disableSSL": "true",
+                   "endpoint": "seaweedfs.kubeflow:9000", "fromEnv": "false",
+                   "maxRetries": "5", "region": "minio", "secretKeyKey": "secretkey",
+                   "secretName": "mlpipeline-minio-artifact"},
+    },
+    separators=(",", ":"),
+)  # fmt: skip
+
+
+def recorded(metadata: dict[str, Any], output_name: str) -> dict[str, Any]:
+    """An output artifact's metadata as a downstream step reads it on Kubeflow: what
+    :func:`mlmd_roundtrip` gives, plus the custom properties the launcher adds when it records
+    the artifact where the step set none of that name (``RecordArtifact`` in
+    ``backend/src/v2/metadata/client.go``): ``display_name`` (the output's name) and
+    ``store_session_info`` (:data:`SESSION_INFO`)."""
+    added = {"display_name": output_name, "store_session_info": SESSION_INFO}
+    return mlmd_roundtrip({**added, **metadata})

@@ -69,6 +69,24 @@ def _json_problems(value: Any, where: str) -> list[tuple[str, str]]:
     return [(where, f"{type(value).__name__} is not a JSON value")]
 
 
+#: The custom properties the launcher adds to every output artifact it records, where the step
+#: set none of that name (``RecordArtifact`` in ``backend/src/v2/metadata/client.go``): the
+#: output's name and the bucket's session (a JSON string naming the store and its Secret). A
+#: downstream step reads them back among the artifact's metadata; KFP's own scalar-metrics
+#: reader (``FormatScalarMetricArtifacts``, the same file) and the UI's metrics table
+#: (``frontend/src/lib/ReservedArtifactProperties.ts``, ``display_name`` as the title) skip them.
+LAUNCHER_PROPERTIES = ("display_name", "store_session_info")
+
+
+def step_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """An input artifact's metadata as its producing step wrote it.
+
+    That is, without :data:`LAUNCHER_PROPERTIES`, which the launcher added when it recorded the
+    artifact.
+    """
+    return {k: v for k, v in metadata.items() if k not in LAUNCHER_PROPERTIES}
+
+
 def check_metadata(metadata: Mapping[str, Any], artifact: str = "artifact") -> None:
     """Raise :class:`MetadataError` naming every field the launcher could not store."""
     problems = mlmd_problems(metadata)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tfrecord_suite.markdown import code
 from tfrecord_suite.registry.datasets import required_bump
 from tfrecord_suite.registry.manifest import Manifest
 
@@ -27,7 +28,9 @@ def dataset_card(manifest: Manifest, parent: Manifest | None = None) -> str:
     lines += ["", "## Schema", "", "| feature | dtype | shape | kind |", "|---|---|---|---|"]
     for f in schema["features"]:
         marker = " (label)" if f["name"] == schema.get("label") else ""
-        lines.append(f"| {f['name']}{marker} | {f['dtype']} | {f.get('shape', [])} | {f['kind']} |")
+        lines.append(
+            f"| {code(f['name'])}{marker} | {f['dtype']} | {f.get('shape', [])} | {f['kind']} |"
+        )
     if schema.get("label_classes"):
         lines += ["", f"Classes: {', '.join(schema['label_classes'])}"]
     lines += ["", "## Lineage", ""]
@@ -45,7 +48,7 @@ def dataset_card(manifest: Manifest, parent: Manifest | None = None) -> str:
         lines.append(f"Parent {parent.version}; bump `{m.bump}` (needed: {kind}).")
         lines += [f"- {r}" for r in m.bump_reasons or reasons]
     producer = m.producer
-    lines += ["", "Producer: " + ", ".join(f"{k}={v}" for k, v in producer.items() if v)]
+    lines += ["", "Producer: " + ", ".join(code(f"{k}={v}") for k, v in producer.items() if v)]
     return "\n".join(lines) + "\n"
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
+from tfrecord_suite.markdown import code
 from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
 from tfrecord_suite.shard import convert, plan, quiet, sources
 from tfrecord_suite.shard.runner import (
@@ -655,7 +656,7 @@ def summary_markdown(summary: ShardSummary) -> str:
         train = next(iter(summary.statistics.values()), {}).get("features", {}).get(f["name"], {})
         cells = [_fmt(train.get(k)) for k in ("min", "max", "mean")]
         lines.append(
-            f"| {f['name']} | {f['dtype']} | {f['kind']} | {missing} | {' | '.join(cells)} |"
+            f"| {code(f['name'])} | {f['dtype']} | {f['kind']} | {missing} | {' | '.join(cells)} |"
         )
     if schema.get("label"):
         lines += ["", f"Label `{schema['label']}`, classes: {schema.get('label_classes')}"]

@@ -7,6 +7,7 @@ import html
 import io
 
 from tfrecord_suite.io import storage
+from tfrecord_suite.markdown import code
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.train.metrics import TrainMetrics
 
@@ -45,14 +46,14 @@ def markdown(metrics: TrainMetrics, schema: Schema, png: bytes | None) -> str:
     lines = [
         f"# Training report: {metrics.dataset}",
         "",
-        f"{metrics.strategy} with {metrics.replicas} replica(s), global batch "
+        f"{code(metrics.strategy)} with {metrics.replicas} replica(s), global batch "
         f"{metrics.global_batch_size}, {metrics.epochs} epochs of "
         f"{metrics.steps_per_epoch} steps, {metrics.examples_per_second:.0f} "
         "examples/s.",
         "",
     ]
     lines += [
-        "| split | " + " | ".join(_metric_names(metrics)) + " |",
+        "| split | " + " | ".join(code(name) for name in _metric_names(metrics)) + " |",
         "|---|" + "---:|" * len(_metric_names(metrics)),
     ]
     for split, values in metrics.evaluation.items():
@@ -87,11 +88,11 @@ def markdown(metrics: TrainMetrics, schema: Schema, png: bytes | None) -> str:
             "",
             "Confusion matrix (rows: true):",
             "",
-            "| | " + " | ".join(check["classes"]) + " |",
+            "| | " + " | ".join(code(name) for name in check["classes"]) + " |",
             "|---|" + "---:|" * len(check["classes"]),
         ]
         for name, row in zip(check["classes"], check["confusion_matrix"], strict=True):
-            lines.append(f"| **{name}** | " + " | ".join(str(v) for v in row) + " |")
+            lines.append(f"| {code(name)} | " + " | ".join(str(v) for v in row) + " |")
     if png:
         lines += ["", f"![training curves](data:image/png;base64,{base64.b64encode(png).decode()})"]
     return "\n".join(lines) + "\n"
