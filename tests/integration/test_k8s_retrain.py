@@ -178,9 +178,10 @@ def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say
 ):
     """Retraining compiles what the user deployed. The CronJob as kustomize renders it (its
     args and environment as the kubelet expands them, its settings ConfigMap as mounted) and
-    the CI workflow's command (as bash runs it from the repository root) both upload a pipeline
-    on k8s/images' registry and tag, placed and with the Secrets and parameters of
-    k8s/base/retrain.yaml, and it is the same pipeline: the same version. With the component
+    the CI workflow's steps that read k8s/images and retrain (as bash runs them from the
+    repository root) both upload a pipeline on k8s/images' registry and tag, placed and with
+    the Secrets and parameters of k8s/base/retrain.yaml, and it is the same pipeline: the same
+    version (the package CI installs for that tag: tests/unit/test_release.py). With the component
     image pinned by digest the CronJob runs NAME:TAG@DIGEST, which retraining takes (it
     refused the reference before)."""
     import subprocess
@@ -231,18 +232,29 @@ def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say
         assert params["input_uri"] == f"{gcs_bucket}/raw/rows.csv"
 
         workflow = yaml.safe_load(open(os.path.join(ROOT, ".github", "workflows", "retrain.yml")))
-        (step,) = [s for s in workflow["jobs"]["retrain"]["steps"]
-                   if "tfrecord-suite retrain" in s.get("run", "")]  # fmt: skip
+        steps = {s.get("name"): s for s in workflow["jobs"]["retrain"]["steps"]}
         token = tmp_path / "kfp-token"
         token.write_text("t")
+        outputs = tmp_path / "github_output"
+        outputs.write_text("")
         ci_env = {
             **os.environ,
             "KFP_HOST": api.url,
             "KFP_NAMESPACE": "",
             "RUNNER_TEMP": str(tmp_path),
+            "GITHUB_OUTPUT": str(outputs),
             "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
             "PYTHONPATH": os.pathsep.join(sys.path),
         }
+        # the step that reads k8s/images, then the retrain step with the image it read
+        read = subprocess.run(["bash", "-ec", steps["Deployed images"]["run"]], cwd=k8s.parent,
+                              env=ci_env, capture_output=True, text=True)  # fmt: skip
+        assert read.returncode == 0, read.stderr[-3000:]
+        deployed = dict(line.split("=", 1) for line in outputs.read_text().split())
+        assert deployed["tag"] == "2026.11"
+        step = steps["Retrain what the cluster deploys"]
+        assert step["env"]["IMAGE"] == "${{ steps.deployed.outputs.image }}"
+        ci_env["IMAGE"] = deployed["image"]
         proc = subprocess.run(["bash", "-ec", step["run"]], cwd=k8s.parent, env=ci_env,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -113,6 +113,10 @@ def test_images_list_and_unknown_selection():
         ["images", "list", "--json", "--image-registry", "localhost:5000/ml", "--image-tag", "t1"],
     )
     assert json.loads(r.output)["trainer-gpu"]["image"] == "localhost:5000/ml/tfrecord-suite-gpu:t1"
+    r = CliRunner().invoke(main, ["images", "list", "--image-tag", "t1", "--tag-only"])
+    assert (r.exit_code, r.output) == (0, "t1\n")
+    r = CliRunner().invoke(main, ["images", "list", "--tag-only", "--key", "component"])
+    assert r.exit_code == 2 and "give one" in r.output
     r = CliRunner().invoke(main, ["images", "build", "--image-registry", "Bad Registry!"])
     assert r.exit_code == 2
     assert r.output.strip().splitlines() == [

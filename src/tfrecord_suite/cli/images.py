@@ -31,6 +31,12 @@ def images_group() -> None:
     help="A kustomize images component (k8s/images): the registry and tag it rewrites to.",
 )
 @click.option("--key", default=None, help="Print only this image's reference (e.g. component).")
+@click.option(
+    "--tag-only",
+    is_flag=True,
+    help="Print only the images' tag: with --kustomization, the one it deploys, which a release "
+    "names (tag vTAG pushes images tagged TAG, built from package version TAG).",
+)
 @json_option
 @friendly_errors
 def images_list(
@@ -38,10 +44,14 @@ def images_list(
     image_tag: str | None,
     kustomization: str | None,
     key: str | None,
+    tag_only: bool,
     as_json: bool,
 ) -> None:
     """The image names and Dockerfiles (one place: tfrecord_suite/images.py)."""
     from tfrecord_suite import images
+
+    if key and tag_only:
+        raise click.UsageError("--key prints an image, --tag-only the tag: give one")
 
     if kustomization:
         if image_registry or image_tag:
@@ -53,6 +63,9 @@ def images_list(
         chosen = images.ImageSet(
             image_registry or images.DEFAULT_REGISTRY, image_tag or images.DEFAULT_TAG
         )
+    if tag_only:
+        click.echo(chosen.tag)
+        return
     table = {k: {"image": ref, "dockerfile": df} for k, (ref, df) in chosen.table().items()}
     if key:
         if key not in table:
