@@ -64,7 +64,7 @@ from test_cluster_training import (
 )
 
 from realparts.processes import wait_for
-from tfrecord_suite.images import IMAGE_UID
+from tfrecord_suite.images import IMAGE_UID, ImageSet
 from tfrecord_suite.launch import data_service
 from tfrecord_suite.launch import job as job_module
 from tfrecord_suite.launch.credentials import Credentials
@@ -204,23 +204,23 @@ def _open_address(cluster: Any, namespace: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def shared_service(enforcing, image, namespace, tmp_path_factory) -> Iterator[list[dict]]:
+def shared_service(enforcing, image, namespace, tmp_path_factory) -> Iterator[None]:
     """``k8s/data-service`` applied as a namespace's owner applies it, through an overlay of what
     this node needs: our image, requests this machine can give, the node's shared folder in the
     workers (where they would read the bucket) and a volume for the dispatcher's journal claim
-    (the node has no provisioner). Yields the objects applied; ready when it yields."""
+    (the node has no provisioner). Ready when it yields."""
     cluster = enforcing
     overlay = tmp_path_factory.mktemp("overlay")
     shipped = ROOT / "k8s" / "data-service"
     name, tag = image.rsplit(":", 1)
+    shipped_image = ImageSet().image("component").rsplit(":", 1)[0]  # what k8s/images names
     small = {"resources": {"requests": SMALL_REQUESTS}}
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         # a kustomization may name its base by a relative path only
         "resources": [os.path.relpath(shipped, overlay)],
-        "images": [{"name": "ghcr.io/tfrecord-suite/tfrecord-suite", "newName": name,
-                    "newTag": tag}],
+        "images": [{"name": shipped_image, "newName": name, "newTag": tag}],
         "patches": [
             {"patch": yaml.safe_dump({
                 "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -249,11 +249,13 @@ def shared_service(enforcing, image, namespace, tmp_path_factory) -> Iterator[li
         cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=rendered)
         _wait_ready(cluster, namespace, SHARED)
         try:
-            yield objects
+            yield
         finally:
-            cluster.kubectl("delete", "-n", namespace, "--wait", "--ignore-not-found", "-f", "-",
-                            stdin=rendered)  # fmt: skip
-            shutil.rmtree(journal, ignore_errors=True)
+            try:
+                cluster.kubectl("delete", "-n", namespace, "--wait", "--ignore-not-found",
+                                "-f", "-", stdin=rendered)  # fmt: skip
+            finally:
+                shutil.rmtree(journal, ignore_errors=True)
 
 
 def _journal_claim(objects: list[dict]) -> str:

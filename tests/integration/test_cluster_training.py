@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -194,7 +195,9 @@ def publish_digits(shared: Path, tmp: Path) -> dict[str, Any]:
 def digits_on_node(trainer_cluster, tmp_path_factory):
     """The digits dataset sharded and published into a registry on the node's shared folder."""
     _, _, shared = trainer_cluster
-    return publish_digits(shared, tmp_path_factory.mktemp("digits"))
+    data = publish_digits(shared, tmp_path_factory.mktemp("digits"))
+    yield data
+    shutil.rmtree(data["work"], ignore_errors=True)
 
 
 def run_account(cluster: Any, namespace: str, tmp_path: Path) -> Any:
