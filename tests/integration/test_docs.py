@@ -239,12 +239,7 @@ PY_PATH = re.compile(r"(?<![\w./-])((?:\.ci|\.github|[a-z]\w*)/(?:[\w.-]+/)*[\w.
 
 #: Stale test files named where the fix is not this test's to make: (path, file naming it) ->
 #: why. One that was fixed fails the test until it is removed from here.
-NAMED_ELSEWHERE = {
-    ("tests/unit/test_placement.py", "src/tfrecord_suite/launch/placement.py"): (
-        "launch/ is the lead's to edit (issue #43): no test checks PER_GPU_REQUEST against "
-        "the machines its comment names; tests/unit/test_pipeline.py checks its values"
-    ),
-}
+NAMED_ELSEWHERE: dict[tuple[str, str], str] = {}
 
 
 def test_every_test_file_named_in_the_repository_exists():

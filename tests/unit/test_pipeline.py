@@ -306,3 +306,13 @@ def test_no_caching_turns_every_step_off(tmp_path):
     assert cached(COMPILED_YAML) == {"shard", "train", "evaluate", "report"}
     path = compile_pipeline(str(tmp_path / "p.yaml"), deployment=Deployment(caching=False))
     assert cached(path) == set()
+
+
+def test_a_one_gpu_trainer_fits_the_smallest_common_one_gpu_machines():
+    """launch.placement.PER_GPU_REQUEST fits what GKE's g2-standard-4 and n1-standard-4 with a
+    T4 leave to pods (about 3.9 CPUs and 12 GiB after the kubelet's reservations and daemon
+    sets), the machines its comment names."""
+    from tfrecord_suite.launch.placement import PER_GPU_REQUEST
+
+    cpus, gib = PER_GPU_REQUEST
+    assert cpus <= 3.9 and gib <= 12

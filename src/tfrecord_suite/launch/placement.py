@@ -22,7 +22,7 @@ LAUNCHERS = ("auto", "trainjob", "tfjob")
 #: CPU cores and GiB of memory a trainer requests per GPU. Chosen to fit the smallest common
 #: one-GPU machines after the kubelet's reservations and the node's daemon sets (GKE g2-standard-4
 #: and n1-standard-4 + T4 leave ~3.9 CPU and ~12 GiB allocatable; AWS g4dn.xlarge and Azure
-#: NC4as_T4_v3 are larger); ``tests/unit/test_placement.py`` checks them against those machines.
+#: NC4as_T4_v3 are larger); ``tests/unit/test_pipeline.py`` checks them against those machines.
 PER_GPU_REQUEST = (2, 8)
 #: What a trainer on a TPU host requests (TPU hosts have tens of cores and hundreds of GiB).
 TPU_HOST_REQUEST = ("8", "32Gi")
