@@ -115,7 +115,9 @@ release-files: $(STAMP)
 # cluster up for the session where none runs). docs/how-to/one-node-cluster.md says what they
 # prove and how long they take.
 CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
-CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev busybox-static
+# chromium: the browser tests/integration/test_kfp_ui.py drives the Kubeflow UI with
+CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev busybox-static \
+  chromium
 cluster-deps:
 	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then echo "installing $$missing from Debian"; \
