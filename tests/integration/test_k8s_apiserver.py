@@ -236,7 +236,7 @@ def _exists(k8s, kind, namespace: str, name: str) -> bool:
 
 
 def _wait_gone(k8s, kind, namespace: str, name: str) -> None:
-    """Deleted with foreground propagation, a job goes once the collector removed its pods."""
+    """Deleted with background propagation, a job goes at once (the collector its pods after)."""
     wait_for(lambda: not _exists(k8s, kind, namespace, name), what=f"{kind.kind} {name} deleted")
 
 

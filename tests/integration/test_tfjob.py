@@ -204,7 +204,8 @@ def _job(k8s, namespace, name="tfrs-train-abc"):
 
 
 def _deleted(k8s, runner):
-    """Wait until the TFJob is gone (foreground: its pods first); the runner's delete calls."""
+    """Wait until the TFJob is gone (deleted in the background: its pods after it); the runner's
+    delete calls."""
     wait_for(lambda: _job(k8s, runner.namespace) is None, what="the TFJob deleted")
     return [c[1] for c in api_calls(k8s, runner.user, "tfjobs") if c[0] == "delete"]
 

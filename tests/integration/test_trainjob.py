@@ -27,6 +27,7 @@ from realparts.processes import wait_for
 from tfrecord_suite import images
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.job import (
+    NODE_GRACE_SECONDS,
     JobCancelled,
     JobConfig,
     JobError,
@@ -160,6 +161,9 @@ def test_runtime_gives_each_node_what_the_trainer_reads():
     (port,) = container["ports"]
     assert env[strategy.PORT_ENV]["value"] == str(port["containerPort"])
     assert strategy.NUM_NODES_ENV not in env  # the launcher sets it per TrainJob
+    # stopped as a TFJob's nodes are (launch/job.py)
+    pod = rjob["template"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == NODE_GRACE_SECONDS
 
 
 def test_runtime_kustomization_lists_the_runtime():

@@ -327,9 +327,14 @@ class LocalOperator:
 
     def _start(self, job: dict[str, Any], group: str, version: str, plural: str) -> None:
         name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+        specs = self._trainjob_nodes(job) if job["kind"] == "TrainJob" else self._tfjob_nodes(job)
+        # a job of the same name deleted in the background leaves its pods to the collector for
+        # a moment: as an operator would, start once their names are free
+        taken = {p.metadata.name for p in self._own_pods()}
+        if any(spec["pod"] in taken for spec in specs):
+            return
         if self.on_start is not None:
             self.on_start(job)
-        specs = self._trainjob_nodes(job) if job["kind"] == "TrainJob" else self._tfjob_nodes(job)
         local = LocalJob(job["kind"], plural, group, version, name, uid, job, [])
         self.jobs[uid] = local
         for spec in specs:

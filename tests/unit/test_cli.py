@@ -1,6 +1,7 @@
 """The command line: help everywhere, one clear line for bad input, JSON summaries."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -204,3 +205,40 @@ def test_train_flags_stay_flat_over_the_nested_reader_config():
     assert cfg.reader == ReaderConfig(cycle_length=4, cache="memory")
     assert cfg.reader_config(32, training=False).seed == 7
     assert cfg.reader_config(32, training=False).cache == ""
+
+
+def test_the_cli_ends_on_sigterm_as_a_containers_first_process(tmp_path):
+    """A container's first process gets no default action for SIGTERM: without a handler of its
+    own it would run on through its pod's deletion until killed at the grace period's end. In a
+    PID namespace of its own (as in a pod), the CLI's process ends at once with status 143; the
+    same process without the handler is still running."""
+    import shutil
+    import signal
+    import time
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a PID namespace")
+    code = (
+        "import sys, time\n"
+        "from tfrecord_suite.cli.main import exit_on_sigterm\n"
+        "if sys.argv[1] == 'handled': exit_on_sigterm()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    ended = {}
+    for mode in ("handled", "default"):
+        # --fork: the python process is PID 1 of the new namespace; unshare waits for it
+        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", sys.executable,
+                                 "-c", code, mode], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert proc.stdout.readline().strip() == "ready"
+        child = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                   text=True).stdout.split()[0])  # fmt: skip
+        os.kill(child, signal.SIGTERM)
+        try:
+            ended[mode] = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            ended[mode] = None
+            proc.kill()
+            proc.wait()
+        time.sleep(0.1)
+    assert ended == {"handled": 143, "default": None}, ended

@@ -34,6 +34,12 @@ from tfrecord_suite.podinfo import RUN_ID_LABEL
 _LOG = logging.getLogger(__name__)
 
 RUN_LABEL = "tfrecord-suite/run"
+#: How long a job's node is given to stop before the kubelet kills it. A node has nothing to
+#: save when stopped (its backups are per epoch); its trainer ends on SIGTERM at once unless
+#: blocked in a collective with a peer that stopped first, which only the kill ends, and the
+#: default 30 s kept a cancelled run's nodes that long (seen on the one-node cluster).
+#: k8s/trainer-runtime's runtime says the same for TrainJobs' nodes.
+NODE_GRACE_SECONDS = 10
 #: Keeps Istio from injecting its sidecar into a training node. Kubeflow's docs ask for it on
 #: TFJob pods in a profile namespace: the sidecar starts after the trainer (which then cannot
 #: reach its peers) and never exits (so the pod never completes). Istio reads the label from
@@ -486,7 +492,13 @@ class JobLauncher:
             ) from exc
 
     def delete(self, namespace: str, name: str) -> None:
-        """Delete the job and (foreground propagation) its pods; a missing job is fine."""
+        """Delete the job, its pods after it (background propagation); a missing job is fine.
+
+        Not foreground: a TrainJob waiting for its dependents' deletion is still reconciled by
+        the Trainer (v2.3), which makes its JobSet again as the collector deletes it, and the
+        nodes' pods with it (seen on the one-node cluster, for a minute and more); gone at once,
+        the TrainJob is made again by nothing.
+        """
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -495,7 +507,7 @@ class JobLauncher:
                 namespace,
                 self.kind.plural,
                 name,
-                propagation_policy="Foreground",
+                propagation_policy="Background",
             )
             _LOG.info("deleted %s %s/%s", self.kind.kind, namespace, name)
         except ApiException as exc:

@@ -5,7 +5,12 @@ names one owner, and Kubernetes' garbage collector deletes an object once its ow
 That owner cannot be the step's pod: a cancelled step's pod is not deleted (Kubeflow's
 Terminate sets its ``activeDeadlineSeconds`` to 0, which stops its containers; the pod object
 stays until the persistence agent's TTL, 24 h), nor is the pod of a launcher that was killed
-or lost its node. A TrainJob's own ``activeDeadlineSeconds`` cannot be pushed forward either
+or lost its node. Nor can the step's own cleanup always finish when it is cancelled: on Kubeflow
+Pipelines 2.17, Argo signals the step's process group, KFP's launcher (the step's parent) exits
+at once, and the container stops with it, so the step's SIGTERM handler races the container's
+end (it won on the one-node cluster: its deletes reached the API server); the lease's deadline
+ends what it could not.
+A TrainJob's own ``activeDeadlineSeconds`` cannot be pushed forward either
 (immutable in Trainer v2's CRD).
 
 The owner is a lease: a ``batch/v1`` Job with ``parallelism: 0`` (it never runs a pod) whose
@@ -53,10 +58,14 @@ from tfrecord_suite.launch.job import (
 
 _LOG = logging.getLogger(__name__)
 
-#: How long the launched objects outlive the last renewal (the Job's deadline beyond it).
-LEASE_SECONDS = 300
-#: How often the launcher pushes the deadline forward.
-RENEW_SECONDS = 60
+#: How long the launched objects outlive the last renewal (the Job's deadline beyond it): how
+#: long a step that could not clean up after itself holds its nodes (killed, its node lost, or,
+#: on Kubeflow Pipelines 2.17, its SIGTERM handler cut short: KFP's launcher exits at once on
+#: the signal Argo sends the step's process group, and the container stops with it).
+LEASE_SECONDS = 120
+#: How often the launcher pushes the deadline forward (an API server unreachable for longer
+#: than the lease's remaining time ends the job).
+RENEW_SECONDS = 30
 #: Seconds added to every deadline for the ``Date`` header's whole seconds.
 _MARGIN = 2
 LEASE_LABEL = "tfrecord-suite/lease"

@@ -12,6 +12,7 @@ from typing import Any
 
 from tfrecord_suite.launch.job import (
     FINISHED_TTL_SECONDS,
+    NODE_GRACE_SECONDS,
     JobConfig,
     JobKind,
     container_security,
@@ -46,6 +47,7 @@ def render_tfjob(config: JobConfig) -> dict[str, Any]:
         **config.pod_identity(),
         # nodes train; only the launcher (the step's pod) calls the Kubernetes API
         "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": NODE_GRACE_SECONDS,
         "securityContext": pod_security(),
         "containers": [container],
         "volumes": [
