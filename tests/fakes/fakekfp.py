@@ -1,5 +1,10 @@
 """A local stand-in for the Kubeflow Pipelines v2beta1 REST API on 127.0.0.1, for contract tests.
 
+KFP 2.17.0's real API server runs on the one-node cluster (tests/integration/test_kfp.py submits
+to it, multi-user); this remains for the unit tests of what that does not cover in
+milliseconds (tests/unit/test_submit.py says which). What it cannot prove: anything of the real
+server beyond the rules restated below (its SubjectAccessReviews, its validation, its storage).
+
 It implements only the calls ``kfp.Client`` makes for ``tfrecord-suite submit`` (pipelines,
 pipeline versions, experiments, runs, recurring runs), records every request with its
 ``Authorization`` header, checks the request bodies against the v2beta1 shapes, and answers like
