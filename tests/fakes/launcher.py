@@ -7,6 +7,12 @@ the metadata converted by ``StructValueToMLMDValue`` in ``backend/src/v2/metadat
 whose rule ``tfrecord_suite.kfp.mlmd.mlmd_problems`` restates). ``kfp.local`` does neither, so a
 step that would fail on a cluster after its work is done passes locally; these helpers apply the
 rule to every artifact of every step of a local run.
+
+KFP 2.17.0's own launcher runs every step of the ready pipelines on the one-node cluster
+(tests/integration/test_kfp.py), which also checks the rule itself against it: a top-level null
+fails the task, a nested one is stored, lists and structs wrapped, numbers as doubles. This
+stays for what that does not cover in seconds: every component's local test and the local
+DAG runs. What it cannot prove: anything of the launcher beyond the restated rule.
 """
 
 from __future__ import annotations

@@ -14,6 +14,12 @@ artifacts and the dataset registry live on a folder of the node that the step's 
 nodes mount at the same path, standing in for the bucket: a PersistentVolume of that folder
 claimed in the test's namespace (:func:`shared_claim`; a restricted pod may mount a claim, never
 a hostPath), which the runtime is applied with.
+
+Why a hand-written executor input where Kubeflow Pipelines runs on this cluster: this file
+measures the trainer (two nodes against one, their weights bit for bit, 24 epochs each), which
+does not depend on who starts the step; through KFP each of its runs would add a driver, a
+launcher and the data pipeline before it, minutes each. The launch from a real KFP run, as the
+run's account, with its artifacts in the object store, is tests/integration/test_kfp.py's.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ local run. Steps set metadata through :func:`describe`, which leaves out fields 
 value and refuses what the launcher would refuse, so a local run fails where a cluster run
 would. (What a downstream step then reads back differs too: numbers come back as doubles,
 booleans as 1.0 or 0.0, lists and structs wrapped; ``tests/fakes/launcher.py`` plays that.)
+tests/integration/test_kfp.py checks this rule against KFP 2.17.0's own launcher.
 
 Kept free of kfp: :mod:`tfrecord_suite.kfp.tasks` and the tests use it.
 """
