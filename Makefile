@@ -109,11 +109,12 @@ release-files: $(STAMP)
 
 # A one-node Kubernetes cluster on this machine (tests/cluster/node.py; root and Debian): the
 # control plane, containerd and the kubelet, pod and service networks on a bridge of its own,
-# CoreDNS, JobSet and the Kubeflow Trainer, all built from the sources pinned in
-# tests/realparts/versions.env into ~/.cache/tfrecord-suite/realparts. `make cluster-down` stops
-# it and removes everything it made; `make test-cluster` runs the `cluster` tests (bringing a
-# cluster up for the session where none runs). docs/how-to/one-node-cluster.md says what they
-# prove and how long they take.
+# CoreDNS, a NetworkPolicy engine, JobSet and the Kubeflow Trainer, and Kubeflow Pipelines 2.17.0
+# (its backend and UI from the release's source archive, Argo Workflows under it), all built
+# from the sources pinned in tests/realparts/versions.env into ~/.cache/tfrecord-suite/realparts.
+# `make cluster-down` stops it and removes everything it made; `make test-cluster` runs the
+# `cluster` tests (bringing a cluster up for the session where none runs; the `kfp` and `ui`
+# tests among them). docs/how-to/one-node-cluster.md says what they prove and how long they take.
 CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
 # chromium: the browser tests/integration/test_kfp_ui.py drives the Kubeflow UI with
 CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev busybox-static \
@@ -125,7 +126,7 @@ cluster-deps:
 	    apt-get install -y -q $$missing >/dev/null; fi
 
 cluster-parts: cluster-deps
-	bash tests/realparts/build.sh node >/dev/null
+	bash tests/realparts/build.sh node kfp >/dev/null
 
 cluster-up: $(STAMP) cluster-parts
 	$(CLUSTER_PYTHON) -m cluster up $(CLUSTER_ARGS)
