@@ -114,36 +114,74 @@ def dataset_ref(data_run, penguins) -> str:
     return f"{penguins['registry_root']}/{penguins['dataset_name']}@1.0.0"
 
 
-def test_data_pipeline_runs_and_an_identical_submission_is_cached(kfp_profile, penguins, data_run):
+def test_data_pipeline_runs_on_the_backend(kfp_profile, data_run):
     """The data pipeline (fingerprint, shard, version) succeeds; the staged and published
-    datasets' metadata read back as the UI shows it; every pod ran the compiled images.
-    Submitted again unchanged, the shard step comes back cached (its cache key is the
-    fingerprint of the same input), while the fingerprint and the publish run again, as
-    kfp/steps.py says they must."""
-    first = data_run
-    assert first["state"] == "SUCCEEDED", first
-    assert first["backend"] == "2.17.0" and first["namespace"] == kfp_profile.namespace
-    tasks = lineage(kfp_profile, first["run_id"])
+    datasets' metadata read back as the UI shows it; every pod ran the compiled images."""
+    assert data_run["state"] == "SUCCEEDED", data_run
+    assert data_run["backend"] == "2.17.0" and data_run["namespace"] == kfp_profile.namespace
+    tasks = lineage(kfp_profile, data_run["run_id"])
     staged = tasks["Shard to TFRecords (Beam)"]["outputs"]["staged"]
     assert staged["type"] == "system.Dataset"
     assert staged["properties"]["records"] == 344.0 and staged["properties"]["bad_rows"] == 0.0
     dataset = tasks["Publish dataset version"]["outputs"]["dataset"]["properties"]
     assert dataset["version"] == "1.0.0" and dataset["name"] == "penguins"
+    assert_images_compiled(kfp_profile, run_pods(kfp_profile, data_run["run_id"]))
+
+
+#: What docs/deploy.md ("Caching") says a second identical retraining run does, step by step
+#: (the steps' display names): CACHED where it is a cache hit, COMPLETE where it runs again
+CACHED_AGAIN = {
+    "Fingerprint input": "COMPLETE",
+    "Shard to TFRecords (Beam)": "CACHED",
+    "Publish dataset version": "COMPLETE",
+    "Train (tf.distribute)": "CACHED",
+    "Evaluate against the stable model": "COMPLETE",
+    "Register model": "COMPLETE",
+    "Report": "COMPLETE",
+}
+
+
+def test_retraining_pipeline_reports_its_metrics_and_a_second_run_is_cached(kfp_profile, penguins):
+    """The retraining pipeline, raw data to a promoted model, succeeds. Its artifacts read
+    back as the UI shows them: the train step's scalar metrics and confusion matrix (a
+    ClassificationMetrics of the species), the evaluation's decision, the registered model and
+    the report. Submitted again unchanged it reuses the compiled version, and its steps are
+    cached exactly where docs/deploy.md says: the shard step (same input fingerprint) and
+    training (same dataset reference, digest and parameters); the rest run again."""
+    values = {**penguins, "registry_root": f"{penguins['registry_root']}-retrain",
+              "model_registry": f"{kfp_profile.root}/models-{time.strftime('%H%M%S')}",
+              "label": "species", "epochs": 3}  # fmt: skip
+    first = submit(kfp_profile, "retraining", *params(values))
+    assert first["state"] == "SUCCEEDED", first
+    tasks = lineage(kfp_profile, first["run_id"])
+    train = tasks["Train (tf.distribute)"]["outputs"]
+    metrics = train["metrics"]["properties"]
+    assert train["metrics"]["type"] == "system.Metrics"
+    assert 0.5 < metrics["test_accuracy"] <= 1.0 and metrics["examples_per_second"] > 0
+    # a struct property as KFP's launcher stores it in ML Metadata: wrapped in {"struct": ...}
+    matrix = train["classification_metrics"]["properties"]["confusionMatrix"]["struct"]
+    assert train["classification_metrics"]["type"] == "system.ClassificationMetrics"
+    assert len(matrix["annotationSpecs"]) == 3 == len(matrix["rows"])  # three species
+    # the test split's 33 penguins, each counted once
+    assert sum(sum(row["row"]) for row in matrix["rows"]) == 33
+    evaluation = tasks["Evaluate against the stable model"]["outputs"]["evaluation"]
+    assert evaluation["properties"]["decision"] == "promote"  # no baseline yet
+    registered = tasks["Register model"]["outputs"]["registered"]["properties"]
+    assert registered["model"] == "penguins" and registered["version"] == 1.0
+    assert tasks["Report"]["outputs"]["summary"]["type"] == "system.Markdown"
     assert_images_compiled(kfp_profile, run_pods(kfp_profile, first["run_id"]))
 
-    second = submit(kfp_profile, "data", *params(penguins))
+    second = submit(kfp_profile, "retraining", *params(values))
     assert second["state"] == "SUCCEEDED", second
     assert second["version_id"] == first["version_id"]  # the same compiled version, reused
     again = lineage(kfp_profile, second["run_id"])
-    assert again["Shard to TFRecords (Beam)"]["state"] == "CACHED"
-    assert again["Fingerprint input"]["state"] == "COMPLETE"
-    assert again["Publish dataset version"]["state"] == "COMPLETE"
-    # the cached step's outputs are the first run's
-    assert again["Shard to TFRecords (Beam)"]["outputs"]["staged"]["uri"] == staged["uri"]
-    # the API shows the skipped executor as KFP 2.17 does (its API has no CACHED state)
+    assert {name: again[name]["state"] for name in CACHED_AGAIN} == CACHED_AGAIN
+    # a cached step's outputs are the first run's
+    assert again["Train (tf.distribute)"]["outputs"]["model"]["uri"] == train["model"]["uri"]
+    # the API shows the skipped executor's task as KFP 2.17 does (its API has no CACHED)
     run = client(kfp_profile).get_run(second["run_id"])
     states = {t.display_name: t.state for t in run.run_details.task_details}
-    assert states["shard"] == "SUCCEEDED", states
+    assert states["train"] == "SUCCEEDED", states
 
 
 #: The trainer nodes' and the launching step's requests, so two nodes, the step and the
@@ -256,7 +294,10 @@ def test_a_recurring_run_starts_runs_on_its_schedule(kfp_profile, penguins):
         kfp.delete_recurring_run(recurring)
         for run in own_runs():
             if run.state in ("PENDING", "RUNNING"):
-                kfp.terminate_run(run.run_id)
+                # a run the scheduled-workflow controller has just made may have no workflow
+                # yet (the API server answers 500, "workflow ... not found"): until it has
+                wait_for(lambda r=run: kfp.terminate_run(r.run_id) or True, 120,
+                         f"terminating run {run.run_id}", interval=5)  # fmt: skip
     created = sorted(r.created_at for r in runs)
     assert created[1] > created[0]
 
@@ -312,3 +353,43 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
     assert "terminate" in str(denied.value) and "runs" in str(denied.value), denied.value
     client(kfp_profile).terminate_run(run_id)  # as the profile's editor: allowed
     os.unlink(token.name)
+
+
+def test_the_launcher_refuses_a_top_level_null_as_kfp_mlmd_says(kfp_profile, tmp_path):
+    """The rule src/tfrecord_suite/kfp/mlmd.py restates, checked against KFP 2.17's own
+    launcher: an output artifact whose metadata holds a null at its top level fails the task
+    after its work is done; the same null inside a list or a struct is stored, the struct and
+    the list wrapped and the number a double, as the module says a downstream step reads
+    them back."""
+    from kfp import compiler
+    from mlmd_rule_pipeline import build
+
+    from tfrecord_suite.kfp.mlmd import mlmd_problems
+
+    package = str(tmp_path / "rule.yaml")
+    compiler.Compiler().compile(build(kfp_profile.images.component), package)
+    kfp = client(kfp_profile)
+    results = {}
+    for case, metadata in {"top": {"n": None}, "nested": {"l": [1, None], "s": {"a": None},
+                                                          "i": 3, "t": "x"}}.items():  # fmt: skip
+        run = kfp.create_run_from_pipeline_package(
+            package, {"metadata": json.dumps(metadata)}, namespace=kfp_profile.namespace,
+            experiment_name="tfrs-mlmd-rule",
+        )  # fmt: skip
+        results[case] = (kfp.wait_for_run_completion(run.run_id, timeout=900), metadata)
+    top, nested = results["top"][0], results["nested"][0]
+    assert mlmd_problems(results["top"][1]) and not mlmd_problems(results["nested"][1])
+    assert top.state == "FAILED" and nested.state == "SUCCEEDED", (top.state, nested.state)
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(kfp_profile.cluster.api_client())
+    logs = "".join(
+        core.read_namespaced_pod_log(pod.metadata.name, kfp_profile.namespace, container="main",
+                                     _preload_content=False).data.decode()
+        for pod in run_pods(kfp_profile, top.run_id) if "-impl-" in pod.metadata.name
+    )  # fmt: skip
+    # the launcher's own message, after the step's code had succeeded
+    assert "unsupported value type" in logs and "NullValue" in logs, logs[-3000:]
+    stored = lineage(kfp_profile, nested.run_id)["describe"]["outputs"]["out"]["properties"]
+    assert stored["i"] == 3.0 and stored["t"] == "x"
+    assert stored["l"] == {"list": [1.0, None]} and stored["s"] == {"struct": {"a": None}}
