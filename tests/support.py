@@ -24,6 +24,22 @@ def stop_process(process: subprocess.Popen, timeout: float) -> None:
         process.wait()
 
 
+def stored_job(api_client: Any, kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """A training job as the API server holds it (``kind``: ``TFJob`` or ``TrainJob`` of
+    tfrecord_suite.launch), or None once it is gone."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            kind.group, kind.version, namespace, kind.plural, name
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def emulator_env(url: str) -> contextlib.AbstractContextManager[None]:
     """The GCS client pointed at the emulator at ``url`` meanwhile."""
     from tfrecord_suite.io import storage

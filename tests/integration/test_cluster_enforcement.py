@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support import api_calls, launch_as, write_csv
+from support import api_calls, launch_as, stored_job, write_csv
 from test_cluster import pod_log, wait_pod
 from test_cluster_training import (
     ROOT,
@@ -604,20 +604,6 @@ def test_a_server_killed_mid_pass_loses_no_example(
 # -------------------------------------------------------------------- nothing outlives its run
 
 
-def _trainjob(cluster: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return client.CustomObjectsApi(cluster.api_client()).get_namespaced_custom_object(
-            TrainJob.group, TrainJob.version, namespace, TrainJob.plural, name
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def _jobsets(cluster: Any, namespace: str) -> list[str]:
     from kubernetes import client
 
@@ -658,7 +644,7 @@ def test_a_kept_failed_trainjob_goes_with_its_nodes_when_the_kept_lease_ends(
         launch.lease = lease
         train_in_job(config, 2, where, launch, image, keep_failed=True)
     print(str(failed.value)[-2000:])
-    kept = _trainjob(enforcing, namespace, name)
+    kept = stored_job(enforcing.api_client(), TrainJob, namespace, name)
     assert kept is not None, "the failed TrainJob was not kept"
     (owner,) = kept["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", lease.name, lease.uid)
@@ -671,7 +657,7 @@ def test_a_kept_failed_trainjob_goes_with_its_nodes_when_the_kept_lease_ends(
     assert client.BatchV1Api(runner.api).read_namespaced_job(lease.name, namespace)
 
     def gone() -> bool:
-        return (_trainjob(enforcing, namespace, name) is None
+        return (stored_job(enforcing.api_client(), TrainJob, namespace, name) is None
                 and name not in _jobsets(enforcing, namespace)
                 and not pods_as_stored(enforcing, namespace, f"{JOBSET_NAME_LABEL}={name}"))  # fmt: skip
 
@@ -759,5 +745,5 @@ def test_a_retry_runs_its_own_trainjob_not_the_one_an_earlier_lease_owns(
     # nodes of its own, not the earlier attempt's
     assert not {n["pod"] for n in logs.values()} & {p["metadata"]["name"] for p in earlier_pods}
     # deleted at its end (foreground: it goes once the JobSet and pods have)
-    wait_for(lambda: _trainjob(enforcing, namespace, name) is None, timeout=180,
+    wait_for(lambda: stored_job(enforcing.api_client(), TrainJob, namespace, name) is None, timeout=180,
              what="the retry's TrainJob deleted")  # fmt: skip

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from support import api_calls, launch_as
+from support import api_calls, launch_as, stored_job
 
 from realparts import standins
 from realparts.processes import wait_for
@@ -49,27 +49,12 @@ def _step_pod(k8s, namespace):
     return PodInfo(run_id="run-k", pod_name="train-pod", pod_uid=pod.metadata.uid)
 
 
-def _tfjob(k8s, namespace, name):
-    """The TFJob as the server holds it (None once deleted)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return client.CustomObjectsApi(k8s.api_client()).get_namespaced_custom_object(
-            TFJob.group, TFJob.version, namespace, TFJob.plural, name
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def _play_when_created(k8s, namespace, name, state, not_uid=""):
     """In the background: once the launcher created the TFJob (another than ``not_uid``), play
     its operator to ``state``."""
 
     def run():
-        wait_for(lambda: (_tfjob(k8s, namespace, name) or {}).get("metadata", {}).get("uid")
+        wait_for(lambda: (stored_job(k8s.api_client(), TFJob, namespace, name) or {}).get("metadata", {}).get("uid")
                  not in (None, not_uid), timeout=120, what=f"TFJob {name} created")  # fmt: skip
         standins.play_operator(k8s.api_client(), TFJob, namespace, name, state, "done",
                                failing_node="worker-0" if state == "Failed" else None)  # fmt: skip
@@ -96,12 +81,12 @@ def test_a_kept_failed_job_is_the_leases_and_goes_when_the_kept_lease_ends(
         launch.lease = lease
         train_in_job(config, 2, Placement(), launch, "img", keep_failed=True)
     played.join(timeout=60)
-    kept = _tfjob(k8s, ns, name)
+    kept = stored_job(k8s.api_client(), TFJob, ns, name)
     assert kept is not None, "the failed job was not kept"
     (owner,) = kept["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", lease.name, lease.uid)
     # the kept lease ends at its deadline; its collector takes the job while the pod stays
-    wait_for(lambda: _tfjob(k8s, ns, name) is None, timeout=90,
+    wait_for(lambda: stored_job(k8s.api_client(), TFJob, ns, name) is None, timeout=90,
              what="the kept job deleted with its lease")  # fmt: skip
     from kubernetes import client
 
@@ -149,7 +134,9 @@ def test_a_retry_waits_out_its_runs_job_being_deleted_and_creates_its_own(k8s, k
                                                  body)  # fmt: skip
     custom.delete_namespaced_custom_object(TFJob.group, TFJob.version, ns, TFJob.plural,
                                            "tfrs-train-abc")  # fmt: skip
-    assert _tfjob(k8s, ns, "tfrs-train-abc")["metadata"]["deletionTimestamp"]
+    assert stored_job(k8s.api_client(), TFJob, ns, "tfrs-train-abc")["metadata"][
+        "deletionTimestamp"
+    ]
     thread, out = _run_in_thread(k8s_runner, _live(k8s_runner, owner=None))
     wait_for(lambda: 409 in _creates(k8s, k8s_runner), what="the launcher tried to create it")
     time.sleep(2)

@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from support import api_calls, kept, launch_as
+from support import api_calls, kept, launch_as, stored_job
 
 from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
@@ -188,25 +188,13 @@ def _live(runner, **kw):
                   **kw)  # fmt: skip
 
 
-def _job(k8s, namespace, name="tfrs-train-abc"):
-    """The TFJob as the server holds it (None once deleted)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return client.CustomObjectsApi(k8s.api_client()).get_namespaced_custom_object(
-            TFJob.group, TFJob.version, namespace, TFJob.plural, name
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def _deleted(k8s, runner):
     """Wait until the TFJob is gone (deleted in the background: its pods after it); the runner's
     delete calls."""
-    wait_for(lambda: _job(k8s, runner.namespace) is None, what="the TFJob deleted")
+    wait_for(
+        lambda: stored_job(k8s.api_client(), TFJob, runner.namespace, "tfrs-train-abc") is None,
+        what="the TFJob deleted",
+    )
     return [c[1] for c in api_calls(k8s, runner.user, "tfjobs") if c[0] == "delete"]
 
 
@@ -251,7 +239,12 @@ def test_failing_replica_fails_the_task_with_its_error(k8s, k8s_runner, tmp_path
         # kept on failure: the job and its pods stay for inspection
         with pytest.raises(JobError):
             JobLauncher(TFJob, k8s_runner.api).run(_live(k8s_runner, keep_on_failure=True))
-        assert _job(k8s, ns)["status"]["replicaStatuses"]["Worker"]["failed"] == 1
+        assert (
+            stored_job(k8s.api_client(), TFJob, ns, "tfrs-train-abc")["status"]["replicaStatuses"][
+                "Worker"
+            ]["failed"]
+            == 1
+        )
         deletes = [c for c in api_calls(k8s, k8s_runner.user, "tfjobs") if c[0] == "delete"]
         assert len(deletes) == 1  # the first run's
 
@@ -345,7 +338,9 @@ def test_retried_task_adopts_its_own_job_but_not_another_runs(k8s, k8s_runner, t
     earlier(run_id="someone-else")
     with pytest.raises(JobError, match="belongs to another run"):
         JobLauncher(TFJob, k8s_runner.api).run(_live(k8s_runner))
-    assert _job(k8s, ns) is not None  # not ours: left alone
+    assert (
+        stored_job(k8s.api_client(), TFJob, ns, "tfrs-train-abc") is not None
+    )  # not ours: left alone
     assert [c[1] for c in api_calls(k8s, k8s_runner.user, "tfjobs") if c[0] == "create"] == [
         409,
         409,
