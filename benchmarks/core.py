@@ -1,7 +1,7 @@
 """The bench's shared core: settings, measuring, the generated data, and the part interface.
 
 Every part of ``python -m benchmarks`` (read, write, memory, train, scale, images, network,
-runners) is a module of its own that imports this one and exposes a :class:`Part`;
+runners, orchestration) is a module of its own that imports this one and exposes a :class:`Part`;
 :mod:`benchmarks.run` runs the chosen parts and writes the report. This module imports no part.
 
 Every variant runs after a warm-up, alternately with the others, several times
@@ -30,7 +30,17 @@ MB = 1000 * 1000
 #: Examples each read variant takes in a quick run (a full run reads the whole train split).
 QUICK_READ_EXAMPLES = 50_000
 #: The parts, in the order they run and report; ``--only`` names some of them.
-PART_NAMES = ("read", "write", "memory", "train", "scale", "images", "network", "runners")
+PART_NAMES = (
+    "read",
+    "write",
+    "memory",
+    "train",
+    "scale",
+    "images",
+    "network",
+    "runners",
+    "orchestration",
+)
 #: The parts run when ``--only`` names none (scale not with ``--quick``).
 DEFAULT_PARTS = ("read", "write", "train", "images", "scale")
 
@@ -101,8 +111,8 @@ class BenchConfig:
         batch_size: Batch size of every reader.
         shards: Shards per generated dataset (each >= 10 MB).
         only: Comma-separated parts to run: read, write, train, scale, memory, images,
-            network, runners (empty: all that apply; memory, network and runners are run only
-            when named).
+            network, runners, orchestration (empty: all that apply; memory, network, runners and
+            orchestration are run only when named; orchestration needs `make cluster-up`).
         memory_mb: CSV sizes in MB the memory part shards, each as one file and as 8 files.
         report: Folder for ``results.json``, ``results.md`` and ``results.png`` (empty: the
             output folder); an earlier run's files there move to dated names.

@@ -16,7 +16,7 @@ import platform
 import time
 from typing import Any
 
-from benchmarks import images, memory, network, read, runners, scale, train, write
+from benchmarks import images, memory, network, orchestration, read, runners, scale, train, write
 from benchmarks.core import BenchConfig, Part, Target
 from tfrecord_suite.io import storage
 from tfrecord_suite.train.allocator import allocator_advice, loaded_allocator
@@ -32,6 +32,7 @@ PARTS: tuple[Part, ...] = (
     images.PART,
     network.PART,
     runners.PART,
+    orchestration.PART,
 )
 #: Every target, of every part.
 TARGETS: tuple[Target, ...] = tuple(t for p in PARTS for t in p.targets)
