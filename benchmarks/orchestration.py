@@ -179,7 +179,10 @@ def orchestration_part(root: str, config: BenchConfig) -> dict[str, Any]:
         remote.append(run_cluster(profile, params("cluster", remote), folder))
         return Drained(1, 0, 0.0, seconds=remote[-1]["seconds"])
 
-    measure({"kfp.local": on_local, "cluster": on_cluster}, config.runs())
+    try:
+        measure({"kfp.local": on_local, "cluster": on_cluster}, config.runs())
+    finally:
+        os.remove(profile.token_file)  # the profile's key to the API: not left behind
     local, remote = local[1:], remote[1:]  # the warm-up's first
     median = statistics.median(r["seconds"] for r in remote)
     typical = min(remote, key=lambda r: abs(r["seconds"] - median))
