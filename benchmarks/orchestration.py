@@ -117,32 +117,6 @@ def _cluster() -> Any:
     return cluster
 
 
-def _profile(cluster: Any, folder: str) -> Any:
-    """The cluster's profile as a user reaches it, set up as the ``kfp_profile`` fixture does.
-
-    The suite's image built from this checkout and loaded, the storage Secret, a token.
-    """
-    from cluster import kubeflow_pipelines as kfp
-
-    from conftest import KfpProfile
-
-    image_set = kfp.suite_images(cluster)
-    store = kfp.storage_secret(cluster)
-    token_file = os.path.join(folder, "token")
-    with open(token_file, "w") as fh:
-        fh.write(kfp.token(cluster, "default-editor"))
-    return KfpProfile(
-        cluster=cluster,
-        host=kfp.api_url(cluster),
-        ui=kfp.ui_url(cluster),
-        namespace=kfp.PROFILE,
-        token_file=token_file,
-        images=image_set,
-        store=store,
-        root=kfp.profile_prefix(),
-    )
-
-
 def orchestration_part(root: str, config: BenchConfig) -> dict[str, Any]:
     """Both ways, alternately after a warm-up; the wall times, and the cluster runs' records."""
     from tfrecord_suite import demo_data
@@ -151,7 +125,12 @@ def orchestration_part(root: str, config: BenchConfig) -> dict[str, Any]:
     cluster = _cluster()
     folder = os.path.join(root, "orchestration")
     os.makedirs(folder, exist_ok=True)
-    profile = _profile(cluster, folder)
+    from pathlib import Path
+
+    from cluster import kubeflow_pipelines as kfp
+
+    # as the kfp_profile fixture sets it up, but for the launcher's Role (no train step here)
+    profile = kfp.user_profile(cluster, Path(folder), overlay=False)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     prefix = f"{profile.root}/bench-orchestration/{stamp}"
     bucket, _, key = prefix.removeprefix("s3://").partition("/")

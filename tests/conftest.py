@@ -4,7 +4,6 @@ use, which tests also import, are in support.py)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import subprocess
@@ -311,83 +310,16 @@ def _restricted_namespace(cluster) -> Iterator[str]:
         core.delete_namespace(name)
 
 
-@dataclasses.dataclass
-class KfpProfile:
-    """Kubeflow Pipelines on the one-node cluster as a user of its profile reaches it.
-
-    Attributes:
-        cluster: The cluster (tests/cluster/node.py).
-        host: The API server's URL from this machine.
-        ui: The UI's URL from this machine.
-        namespace: The profile namespace runs go to.
-        token_file: A token of the profile's default-editor for the KFP API (audience
-            pipelines.kubeflow.org), as ``kubectl create token`` writes one.
-        images: The ImageSet the cluster's suite images carry (not the defaults).
-        store: The profile's object-store keys as boto3's environment (this machine's
-            endpoint; ``in_cluster`` the pods').
-        root: The part of the object store the profile may write (``s3://...``).
-
-    """
-
-    cluster: object
-    host: str
-    ui: str
-    namespace: str
-    token_file: str
-    images: object
-    store: dict
-    root: str
-
-    def submit_args(self, pipeline: str) -> list[str]:
-        """``tfrecord-suite submit`` flags for ``pipeline`` on this profile, as a user gives
-        them: endpoint and token, the cluster's registry, the storage Secret, small steps."""
-        from cluster import kubeflow_pipelines as kfp
-
-        return [
-            "--host", self.host, "--namespace", self.namespace, "--token-file", self.token_file,
-            "--pipeline", pipeline, "--image-registry", self.images.registry,
-            "--image-tag", self.images.tag, "--storage-secret", kfp.STORAGE_SECRET,
-            "--storage-secret-type", "s3-keys", "--step-resources", kfp.SMALL_STEPS,
-        ]  # fmt: skip
-
-    def s3(self):
-        """A boto3 client of the profile's keys."""
-        import boto3
-
-        return boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.store["AWS_ENDPOINT_URL"],
-            region_name=self.store["AWS_REGION"],
-            aws_access_key_id=self.store["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=self.store["AWS_SECRET_ACCESS_KEY"],
-        )
-
-
 @pytest.fixture(scope="session")
-def kfp_profile(one_node_cluster, tmp_path_factory) -> KfpProfile:
+def kfp_profile(one_node_cluster, tmp_path_factory):
     """The one-node cluster with JobSet, the Trainer and Kubeflow Pipelines installed, and its
-    profile namespace set up as docs/deploy.md tells a user: the suite's images under the
-    cluster's own registry and tag, ``k8s/overlays/multi-user`` applied with them, a storage
-    Secret of the profile's keys, a token for the API."""
+    profile namespace set up as docs/deploy.md tells a user (kubeflow_pipelines.user_profile):
+    a ``KfpProfile``."""
     from cluster import kubeflow_pipelines as kfp
     from cluster import node
 
     cluster = node.add(one_node_cluster, trainer=True, kfp=True)
-    image_set = kfp.suite_images(cluster)
-    kfp.apply_suite_overlay(cluster, image_set)
-    store = kfp.storage_secret(cluster)
-    token_file = tmp_path_factory.mktemp("kfp") / "token"
-    token_file.write_text(kfp.token(cluster, "default-editor"))
-    return KfpProfile(
-        cluster=cluster,
-        host=kfp.api_url(cluster),
-        ui=kfp.ui_url(cluster),
-        namespace=kfp.PROFILE,
-        token_file=str(token_file),
-        images=image_set,
-        store=store,
-        root=kfp.profile_prefix(),
-    )
+    return kfp.user_profile(cluster, tmp_path_factory.mktemp("kfp"))
 
 
 @pytest.fixture

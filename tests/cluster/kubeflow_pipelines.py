@@ -21,6 +21,7 @@ Metacontroller cannot be built here, and applies what it answers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import urllib.request
@@ -407,3 +408,76 @@ def apply_suite_overlay(
             fh.write("components:\n  - ../../credentials/s3-keys\n")
     cluster.kubectl("apply", "-k", str(overlay / "overlays" / "multi-user"))
     return overlay
+
+
+@dataclasses.dataclass
+class KfpProfile:
+    """Kubeflow Pipelines on the one-node cluster as a user of its profile reaches it.
+
+    Attributes:
+        cluster: The cluster (tests/cluster/node.py).
+        host: The API server's URL from this machine.
+        ui: The UI's URL from this machine.
+        namespace: The profile namespace runs go to.
+        token_file: A token of the profile's default-editor for the KFP API (audience
+            pipelines.kubeflow.org), as ``kubectl create token`` writes one.
+        images: The ImageSet the cluster's suite images carry (not the defaults).
+        store: The profile's object-store keys as boto3's environment (this machine's
+            endpoint; ``in_cluster`` the pods').
+        root: The part of the object store the profile may write (``s3://...``).
+
+    """
+
+    cluster: Cluster
+    host: str
+    ui: str
+    namespace: str
+    token_file: str
+    images: Any
+    store: dict[str, str]
+    root: str
+
+    def submit_args(self, pipeline: str) -> list[str]:
+        """``tfrecord-suite submit`` flags for ``pipeline`` on this profile, as a user gives
+        them: endpoint and token, the cluster's registry, the storage Secret, small steps."""
+        return [
+            "--host", self.host, "--namespace", self.namespace, "--token-file", self.token_file,
+            "--pipeline", pipeline, "--image-registry", self.images.registry,
+            "--image-tag", self.images.tag, "--storage-secret", STORAGE_SECRET,
+            "--storage-secret-type", "s3-keys", "--step-resources", SMALL_STEPS,
+        ]  # fmt: skip
+
+    def s3(self) -> Any:
+        """A boto3 client of the profile's keys."""
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.store["AWS_ENDPOINT_URL"],
+            region_name=self.store["AWS_REGION"],
+            aws_access_key_id=self.store["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.store["AWS_SECRET_ACCESS_KEY"],
+        )
+
+
+def user_profile(cluster: Cluster, folder: Path, overlay: bool = True) -> KfpProfile:
+    """The profile set up as docs/deploy.md tells a user: the suite's images under the cluster's
+    own registry and tag, ``k8s/overlays/multi-user`` applied with them (unless not
+    ``overlay``), a storage Secret of the profile's keys, and a token for the API in
+    ``folder``."""
+    image_set = suite_images(cluster)
+    if overlay:
+        apply_suite_overlay(cluster, image_set)
+    store = storage_secret(cluster)
+    token_file = folder / "token"
+    token_file.write_text(token(cluster, "default-editor"))
+    return KfpProfile(
+        cluster=cluster,
+        host=api_url(cluster),
+        ui=ui_url(cluster),
+        namespace=PROFILE,
+        token_file=str(token_file),
+        images=image_set,
+        store=store,
+        root=profile_prefix(),
+    )
