@@ -116,9 +116,10 @@ release-files: $(STAMP)
 # `cluster` tests (bringing a cluster up for the session where none runs; the `kfp` and `ui`
 # tests among them). docs/how-to/one-node-cluster.md says what they prove and how long they take.
 CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
-# chromium: the browser tests/integration/test_kfp_ui.py drives the Kubeflow UI with
+# chromium: the browser tests/integration/test_kfp_ui.py drives the Kubeflow UI with; awscli:
+# the upload tests/integration/test_kubeflow_walk.py types as docs/deploy.md says
 CLUSTER_DEBS := nftables libseccomp-dev podman runc debootstrap gcc libc6-dev busybox-static \
-  chromium
+  chromium awscli
 cluster-deps:
 	@missing=$$(for p in $(CLUSTER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then echo "installing $$missing from Debian"; \

@@ -28,7 +28,12 @@ DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True
 PAGES = [os.path.join(ROOT, "README.md"), *DOCS]
 PAGES = [p for p in PAGES if f"{os.sep}bench{os.sep}" not in p]
 QUIET = {"NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
-BLOCK = re.compile(r"(<!-- (runnable|setup) -->\n)?```(bash|sh|console)\n(.*?)```", re.S)
+#: A shell block and the marker above it: ``runnable`` (a reader runs it, the e2e test too),
+#: ``setup`` (a page's Set up block) or ``kubeflow-walk`` (docs/deploy.md's steps on a cluster,
+#: which tests/integration/test_kubeflow_walk.py types on the one-node cluster)
+BLOCK = re.compile(
+    r"(<!-- (runnable|setup|kubeflow-walk) -->\n)?```(bash|sh|console)\n(.*?)```", re.S
+)
 #: The Set up block's command that builds the virtual environment, which the test stands in for.
 MAKE_VENV = re.compile(r"^make venv(\s+#.*)?$")
 #: Top-level folders a page may name paths in.
@@ -41,7 +46,7 @@ def _rel(path: str) -> str:
 
 
 def shell_blocks() -> list[tuple[str, str, str]]:
-    """``(page, marker, script)`` of every shell block; marker is runnable, setup or empty."""
+    """``(page, marker, script)`` of every shell block; marker is one of BLOCK's, or empty."""
     out = []
     for page in PAGES:
         text = open(page).read()
@@ -191,7 +196,10 @@ def parse_or_fail(page: str, argv: list[str]) -> None:
     try:
         opts, _, _ = cmd.make_parser(ctx).parse_args(list(args))
         if opts.get("params"):
-            parse_params(opts["params"], opts.get("pipeline") or "retraining")
+            pipeline = opts.get("pipeline") or "retraining"
+            # a shell variable the page sets (docs/deploy.md's walk): the default's parameters
+            # here; each value the page offers is test_kubeflow_walk's to parse
+            parse_params(opts["params"], "retraining" if pipeline.startswith("$") else pipeline)
     except (click.UsageError, UserError) as exc:
         pytest.fail(f"{page}: `{' '.join(argv)}`: {exc}")
 
@@ -280,14 +288,16 @@ def setup_script(page: str) -> str | None:
     return None
 
 
-def reader_script(page: str) -> str:
+def marked_blocks(page: str, marker: str) -> list[str]:
+    """``page``'s shell blocks marked ``<!-- marker -->``, in order."""
+    return [script for p, m, script in shell_blocks() if p == page and m == marker]
+
+
+def reader_script(page: str, marker: str = "runnable") -> str:
     """What a reader of ``page`` types, in order: the Set up block but ``make venv``, then every
-    runnable block. A page without a Set up block is read after Getting started's."""
+    block marked ``marker``. A page without a Set up block is read after Getting started's."""
     setup = setup_script(page) or setup_script("docs/getting-started.md")
-    runnable = [
-        script for p, marker, script in shell_blocks() if p == page and marker == "runnable"
-    ]
-    return "".join([setup or "", *runnable])
+    return "".join([setup or "", *marked_blocks(page, marker)])
 
 
 def fresh_clone(dest: str) -> str:
