@@ -233,8 +233,8 @@ def values(cluster: Any, namespace: str) -> dict[str, str]:
         "TAG": kfp.SUITE_TAG,
         "NAMESPACE": namespace,
         "HOST": kfp.api_url(cluster),
-        # the part of the store the profile's keys may write (fresh_profile: the example's)
-        "DATA": f"{kfp.profile_prefix()}/{namespace}",
+        # the part of the store the profile's own keys may write, as the page says
+        "DATA": kfp.profile_prefix(namespace),
         "S3_HERE": store["AWS_ENDPOINT_URL"],
         "S3_PODS": store["in_cluster"],
         "AWS_REGION": store["AWS_REGION"],
@@ -246,57 +246,21 @@ def values(cluster: Any, namespace: str) -> dict[str, str]:
     }
 
 
-#: What KFP's profile controller gives a profile (sync.py's attachments): its launcher's
-#: settings, ML Metadata's address, Argo's artifact repository, and its keys to the object store
-PROFILE_CONTROLLER_CHILDREN = (
-    ("ConfigMap", "kfp-launcher"),
-    ("ConfigMap", "metadata-grpc-configmap"),
-    ("ConfigMap", "artifact-repositories"),
-    ("Secret", "mlpipeline-minio-artifact"),
-)
-
-
 @contextlib.contextmanager
-def fresh_profile(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def fresh_profile(cluster: Any) -> Iterator[str]:
     """A profile namespace of its own with nothing of the suite's in it, made as the cluster
     makes Kubeflow's example profile (``kubeflow_pipelines.make_profile``: the namespace, its
-    accounts and their roles, then what KFP's profile controller returns for it), deleted
-    afterwards with all the walk made in it.
-
-    One stand-in: KFP's profile controller cannot make a second profile's object-store keys on
-    this cluster (it creates them through SeaweedFS's IAM port, 8111, which upstream's
-    ``seaweedfs`` NetworkPolicy does not admit, and the NetworkPolicy engine enforces it since
-    it was installed after the example profile: the controller's request hangs on its connect
-    timeout). So the new profile gets the example profile's own children, as the controller
-    made them (:data:`PROFILE_CONTROLLER_CHILDREN`): its keys may write under the example
-    profile's prefix alone, which is where the walk's ``DATA`` goes (:func:`values`).
-    """
+    accounts and their roles, then what KFP's own profile controller returns for it, its own
+    keys to the object store among them), deleted afterwards with all the walk made in it."""
     from cluster import kubeflow_pipelines as kfp
     from kubernetes import client
 
-    core = client.CoreV1Api(cluster.api_client())
-
-    def copied_children(_: Any, namespace: str) -> list[dict[str, Any]]:
-        children = []
-        for kind, name in PROFILE_CONTROLLER_CHILDREN:
-            read = getattr(
-                core, "read_namespaced_" + ("config_map" if kind == "ConfigMap" else "secret")
-            )
-            made = read(name, kfp.PROFILE)
-            meta = {"name": name, "namespace": namespace,
-                    "annotations": made.metadata.annotations or {},  # Argo's default repository
-                    "labels": made.metadata.labels or {}}  # fmt: skip
-            children.append({"apiVersion": "v1", "kind": kind, "metadata": meta, "data": made.data})
-        return children
-
     namespace = f"tfrs-walk-{time.strftime('%H%M%S')}"
-    monkeypatch.setattr(kfp, "sync_profile", copied_children)
     try:
         kfp.make_profile(cluster, namespace)
-        monkeypatch.undo()
         yield namespace
     finally:
-        core.delete_namespace(namespace)
+        client.CoreV1Api(cluster.api_client()).delete_namespace(namespace)
 
 
 def walk_script(settings: dict[str, str]) -> str:
@@ -331,7 +295,7 @@ WALK_TIMEOUT = 1800
 @pytest.mark.slow
 @pytest.mark.timeout(WALK_TIMEOUT + 600)
 def test_a_reader_walks_the_deploy_page_to_a_run_that_succeeds(
-    one_node_cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    one_node_cluster: Any, tmp_path: Any
 ) -> None:
     """docs/deploy.md's walk, typed on a fresh clone against the one-node cluster for a profile
     nobody prepared (:func:`fresh_profile`, named other than the one ``k8s/`` names, so the
@@ -356,7 +320,7 @@ def test_a_reader_walks_the_deploy_page_to_a_run_that_succeeds(
             "the walk uploads the data with the AWS CLI (`aws`), not on PATH: "
             "`make cluster-deps` installs Debian's awscli"
         )
-    with fresh_profile(cluster, monkeypatch) as namespace:
+    with fresh_profile(cluster) as namespace:
         settings = values(cluster, namespace)
         assert (settings["REGISTRY"], settings["TAG"]) == (kfp.SUITE_REGISTRY, kfp.SUITE_TAG)
         script = walk_script(settings)
