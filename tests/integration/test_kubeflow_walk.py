@@ -227,7 +227,7 @@ def values(cluster: Any, namespace: str) -> dict[str, str]:
     server's NodePort, the profile's part of KFP's SeaweedFS, a 2-CPU node's requests."""
     from cluster import kubeflow_pipelines as kfp
 
-    store = kfp.object_store(cluster)
+    store = kfp.object_store(cluster, namespace)
     return {
         "REGISTRY": kfp.SUITE_REGISTRY,
         "TAG": kfp.SUITE_TAG,
@@ -354,7 +354,7 @@ def test_a_reader_walks_the_deploy_page_to_a_run_that_succeeds(
             ("ServiceAccount", "default-editor", namespace)
         ]
         # the dataset version the run published, under the walk's registry
-        store = kfp.object_store(cluster)
+        store = kfp.object_store(cluster, namespace)
         bucket, _, prefix = settings["DATA"].removeprefix("s3://").partition("/")
         import boto3
 
