@@ -14,6 +14,7 @@ which run ``tfrecord-suite train`` with the step's own configuration. Neither im
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -40,24 +41,38 @@ def nested(field: dataclasses.Field) -> tuple[type, tuple[str, ...]] | None:
     return factory, tuple(field.metadata.get(UNFLAGGED, ()))  # type: ignore[return-value]
 
 
+def docstring_entries(doc: str, heading: str) -> dict[str, str]:
+    """``{name: description}`` of a Google-style docstring section (``Attributes``, ``Returns``).
+
+    Each ``name: text`` entry, its continuation lines joined into one line; the section ends at
+    the next line indented no deeper than its heading.
+    """
+    lines = inspect.cleandoc(doc).splitlines()
+    if f"{heading}:" not in lines:
+        return {}
+    entries: dict[str, str] = {}
+    current, indent = None, None
+    for line in lines[lines.index(f"{heading}:") + 1 :]:
+        if not line.strip():
+            current = None
+            continue
+        width = len(line) - len(line.lstrip())
+        if width == 0:
+            break
+        indent = indent or width
+        head = re.match(r"(\w+):\s*(.*)$", line.strip()) if width == indent else None
+        if head:
+            current = head[1]
+            entries[current] = head[2].strip()
+        elif current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
 def attribute_docs(cls: type) -> dict[str, str]:
     """``{field: description}`` from a Google-style ``Attributes:`` docstring section."""
-    doc = cls.__doc__ or ""
-    docs: dict[str, str] = {}
-    section = doc.split("Attributes:", 1)
-    if len(section) < 2:
-        return docs
-    current = None
-    for line in section[1].splitlines():
-        m = re.match(r"^\s{4,8}(\w+):\s*(.*)$", line)
-        if m:
-            current = m[1]
-            docs[current] = m[2].strip()
-        elif current and line.strip():
-            docs[current] += " " + line.strip()
-        elif not line.strip() and current:
-            current = None
-    return {k: _plain(v) for k, v in docs.items()}
+    entries = docstring_entries(cls.__doc__ or "", "Attributes")
+    return {name: _plain(text) for name, text in entries.items()}
 
 
 def _plain(text: str) -> str:

@@ -34,18 +34,24 @@ def _logic_modules():
     return names
 
 
-def _kfp_after_importing(modules, path=""):
-    """The kfp modules loaded once ``modules`` are imported in a fresh interpreter."""
+def _loaded_after_importing(modules: list[str], package: str, path: str = "") -> list[str]:
+    """The modules of ``package`` loaded once ``modules`` are imported in a fresh interpreter
+    (``path`` first on its ``sys.path``)."""
     code = (
         "import importlib, json, sys\n"
         f"sys.path.insert(0, {path!r})\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m == 'kfp' or m.startswith('kfp.'))))\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == {package!r})))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _kfp_after_importing(modules: list[str], path: str = "") -> list[str]:
+    """The kfp modules loaded once ``modules`` are imported in a fresh interpreter."""
+    return _loaded_after_importing(modules, "kfp", path)
 
 
 def test_logic_modules_never_import_kfp():
@@ -64,15 +70,7 @@ def test_the_guard_would_catch_a_leak(tmp_path):
 def _suite_modules_after_importing(modules: list[str]) -> list[str]:
     """The ``tfrecord_suite`` modules loaded once ``modules`` are imported, in a fresh
     interpreter."""
-    code = (
-        "import importlib, json, sys\n"
-        f"for name in {modules!r}:\n"
-        "    importlib.import_module(name)\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tfrecord_suite'))))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    return _loaded_after_importing(modules, "tfrecord_suite")
 
 
 def test_the_kfp_side_and_the_launcher_never_import_the_command_line():

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from tfrecord_suite import __version__
+from tfrecord_suite.flags import docstring_entries
 from tfrecord_suite.images import DEFAULT_IMAGES, ImageSet
 from tfrecord_suite.kfp.components import COMPONENTS, build_components
 from tfrecord_suite.kfp.steps import STEPS
@@ -256,21 +257,6 @@ def suite_sections(name: str, spec_text: str) -> str:
 # ------------------------------------------------ what kubeflow/pipelines-components reads
 
 
-def _returns_entries(doc: str) -> dict[str, str]:
-    """``name -> description`` of a Google docstring's Returns section, one line each."""
-    section = doc.split("Returns:", 1)[1] if "Returns:" in doc else ""
-    entries: dict[str, str] = {}
-    current = None
-    for line in textwrap.dedent(section).splitlines():
-        head = re.match(r"^(\w+): (.*)$", line)
-        if head:
-            current = head[1]
-            entries[current] = head[2].strip()
-        elif current and line.strip():
-            entries[current] += " " + line.strip()
-    return entries
-
-
 def upstream_docstring(fn: Any) -> str:
     """``fn``'s docstring laid out for pipelines-components' README generator.
 
@@ -283,7 +269,7 @@ def upstream_docstring(fn: Any) -> str:
     doc = inspect.getdoc(fn) or ""
     parsed = parse(doc)
     args = {p.arg_name: " ".join((p.description or "").split()) for p in parsed.params}
-    returns = _returns_entries(doc)
+    returns = docstring_entries(doc, "Returns")
     lines = [parsed.short_description or ""]
     if parsed.long_description:
         lines += ["", parsed.long_description]
