@@ -62,18 +62,20 @@ def test_first_submit_uploads_pipeline_and_starts_a_run():
         assert out["state"].endswith("SUCCEEDED") and out["run_id"] in api.runs
         assert out["backend"] == "2.5.0" and out["namespace"] == ""
         assert api.tokens_seen() == {None}  # standalone KFP: no credentials sent
+        # the pipeline's upload names its first version after it: the run's version is the
+        # one named by its content, uploaded beside it at once
+        versions = api.versions[out["pipeline_id"]]
+        assert [v["display_name"] for v in versions][1:] == ["tfrecord-suite"]
+        assert re.fullmatch(r"0\.1\.0-[0-9a-f]{12}", versions[0]["display_name"])
+        assert out["version_id"] == versions[0]["pipeline_version_id"]
         # the same pipeline again: its version is reused, nothing is uploaded a second time...
         uploads = sum(r["path"].endswith(("/upload", "/upload_version")) for r in api.requests)
         _submit(api, params=PARAMS)
         again = _submit(api, params=PARAMS)
-        assert len(api.pipelines) == 1
-        versions = api.versions[out["pipeline_id"]]
-        assert len(versions) == 2  # the first upload, then the version named by its content
-        assert again["version_id"] == versions[0]["pipeline_version_id"]
-        assert re.fullmatch(r"0\.1\.0-[0-9a-f]{12}", versions[0]["display_name"])
+        assert len(api.pipelines) == 1 and len(api.versions[out["pipeline_id"]]) == 2
+        assert again["version_id"] == out["version_id"]
         assert (
-            sum(r["path"].endswith(("/upload", "/upload_version")) for r in api.requests)
-            == uploads + 1
+            sum(r["path"].endswith(("/upload", "/upload_version")) for r in api.requests) == uploads
         )
         # ...and another placement is another version
         from tfrecord_suite.launch.placement import Placement

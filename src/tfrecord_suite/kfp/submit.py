@@ -177,10 +177,12 @@ def _upload(
 ) -> tuple[str, str]:
     """Compile ``pipeline``; find or upload it as a version of the pipeline ``pipeline_name``.
 
-    A new pipeline's first version is the upload that creates it. Later versions are named
-    ``<package version>-<digest of the compiled YAML>``, so the same pipeline compiled for the
-    same images and placement (a nightly ``retrain``) reuses its version instead of uploading
-    it again.
+    Versions are named ``<package version>-<digest of the compiled YAML>``, so the same
+    pipeline compiled for the same images and placement (a nightly ``retrain``) reuses its
+    version instead of uploading it again. A new pipeline gets that version at once: the
+    upload that creates a pipeline names its first version after the pipeline (KFP's API
+    server, ``pipeline_upload_server.go``, takes no version name there), which a later
+    submission could not find by its content.
 
     Returns:
         The pipeline's ID and the version's.
@@ -204,14 +206,12 @@ def _upload(
             "pipeline_id",
         )
         if pipeline_id is None:
-            pipeline = client.upload_pipeline(
+            pipeline_id = client.upload_pipeline(
                 package,
                 pipeline_name=pipeline_name,
                 description="tfrecord-suite pipeline",
                 namespace=namespace,
-            )
-            first = client.list_pipeline_versions(pipeline.pipeline_id).pipeline_versions or []
-            return pipeline.pipeline_id, first[0].pipeline_version_id
+            ).pipeline_id
         existing = _find(
             client.list_pipeline_versions(pipeline_id, filter=_named(version_name)),
             "pipeline_versions",
