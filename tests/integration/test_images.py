@@ -256,7 +256,10 @@ def test_training_with_a_crop_on_jpegs_serves_what_evaluation_computes(
             probe_steps=3,
         )
     )
-    assert metrics.history["loss"][-1] < metrics.history["loss"][0]
+    # it learns: at lr 0.01 on two photos the loss reaches ~1e-4 and may spike again in the last
+    # epoch (one CI run: 0.63, 0.37, 0.06, 3e-4, 0.03, 1.05), so not the last against the first
+    loss = metrics.history["loss"]
+    assert min(loss[1:]) < loss[0] / 2, loss
     assert metrics.evaluation["test"]["accuracy"] >= 0.7  # two photos: chance is 0.5
     assert "training crops (20, 28) decoded alone" in caplog.text
     assert "decoded at 1/2, 1/4 or 1/8 scale" in caplog.text
