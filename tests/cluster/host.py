@@ -198,14 +198,21 @@ def _cgroup_roots() -> list[Path]:
     return roots
 
 
+def _cgroups_below(root: Path) -> list[Path]:
+    """Every cgroup folder below ``root``, deepest first. ``os.walk`` skips a folder that goes
+    while it is read (a pod's cgroup the kubelet or the runtime removes meanwhile), where
+    ``Path.rglob`` raises."""
+    return [Path(folder) for folder, _, _ in os.walk(root, topdown=False)]
+
+
 def kill_pods() -> None:
     """SIGKILL every process in the kubelet's pod cgroups, then remove those cgroups."""
     for _ in range(20):
         pids = set()
         for root in _cgroup_roots():
-            for procs in root.rglob("cgroup.procs"):
+            for folder in _cgroups_below(root):
                 with contextlib.suppress(OSError):
-                    pids.update(int(p) for p in procs.read_text().split())
+                    pids.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
         if not pids:
             break
         for pid in pids:
@@ -213,13 +220,9 @@ def kill_pods() -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
     for root in _cgroup_roots():
-        for folder in sorted(
-            (p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-        ):
+        for folder in _cgroups_below(root):  # root itself last
             with contextlib.suppress(OSError):
                 folder.rmdir()
-        with contextlib.suppress(OSError):
-            root.rmdir()
 
 
 def processes_naming(state: Path, programs: set[str]) -> dict[int, str]:

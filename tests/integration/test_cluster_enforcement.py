@@ -154,10 +154,12 @@ print(json.dumps({"expected": len(expected), "lost": len(set(expected) - set(ser
 @pytest.fixture(scope="module")
 def enforcing(one_node_cluster):
     """The cluster with its NetworkPolicy engine running (installed now where the cluster was
-    brought up before the engine was one of its add-ons)."""
+    brought up before the engine was one of its add-ons) and Kubeflow Trainer (the train step's
+    launcher is ``trainjob``: its pod lists TrainJobs, which a cluster brought up without the
+    Trainer does not serve)."""
     from cluster import node
 
-    node.add(one_node_cluster)
+    node.add(one_node_cluster, trainer=True)
     one_node_cluster.kubectl("-n", "kube-system", "rollout", "status",
                              "daemonset/kube-network-policies", "--timeout=180s")  # fmt: skip
     return one_node_cluster
@@ -622,12 +624,10 @@ def test_a_kept_failed_trainjob_goes_with_its_nodes_when_the_kept_lease_ends(
     keeps the lease. When the kept lease ends, the garbage collector takes the TrainJob and,
     through the owners the Trainer and JobSet set, its JobSet, Jobs and pods, while the step's
     pod still exists: nothing of the run outlives it, and no call of the launcher's did it."""
-    from cluster import node
     from kubernetes import client
 
     from tfrecord_suite.launch.trainjob import COMPLETION_INDEX
 
-    node.add(enforcing, trainer=True)
     kept_for = 20  # FINISHED_TTL_SECONDS: an hour
     monkeypatch.setattr(job_module, "FINISHED_TTL_SECONDS", kept_for)
     launch_as(monkeypatch, tmp_path, runner)  # the step's namespace
@@ -683,13 +683,11 @@ def test_a_retry_runs_its_own_trainjob_not_the_one_an_earlier_lease_owns(
     a job that succeeds at once)."""
     import threading
 
-    from cluster import node
     from kubernetes import client
 
     from tfrecord_suite.launch.job import JobLauncher
     from tfrecord_suite.launch.trainjob import render_trainjob
 
-    node.add(enforcing, trainer=True)
     run = f"run-{uuid.uuid4().hex[:8]}"
     name = job_name(run)
     where = Placement(cpu_request="100m", memory_request="512Mi")
