@@ -319,6 +319,19 @@ def object_store(cluster: Cluster, namespace: str = PROFILE) -> dict[str, str]:
     }
 
 
+def s3_client(store: dict[str, str]) -> Any:
+    """A boto3 S3 client of :func:`object_store`'s keys, from this machine."""
+    import boto3
+
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=store["AWS_ENDPOINT_URL"],
+        region_name=store["AWS_REGION"],
+        aws_access_key_id=store["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=store["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
 # ------------------------------------------------------------------------ the suite, as a user
 
 #: Where the cluster's images of the suite come from: not the defaults, so that a pod naming a
@@ -449,15 +462,7 @@ class KfpProfile:
 
     def s3(self) -> Any:
         """A boto3 client of the profile's keys."""
-        import boto3
-
-        return boto3.session.Session().client(
-            "s3",
-            endpoint_url=self.store["AWS_ENDPOINT_URL"],
-            region_name=self.store["AWS_REGION"],
-            aws_access_key_id=self.store["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=self.store["AWS_SECRET_ACCESS_KEY"],
-        )
+        return s3_client(self.store)
 
 
 def user_profile(cluster: Cluster, folder: Path, overlay: bool = True) -> KfpProfile:

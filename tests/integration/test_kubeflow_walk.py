@@ -354,15 +354,8 @@ def test_a_reader_walks_the_deploy_page_to_a_run_that_succeeds(
             ("ServiceAccount", "default-editor", namespace)
         ]
         # the dataset version the run published, under the walk's registry
-        store = kfp.object_store(cluster, namespace)
         bucket, _, prefix = settings["DATA"].removeprefix("s3://").partition("/")
-        import boto3
-
-        s3 = boto3.session.Session().client(
-            "s3", endpoint_url=store["AWS_ENDPOINT_URL"], region_name=store["AWS_REGION"],
-            aws_access_key_id=store["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=store["AWS_SECRET_ACCESS_KEY"],
-        )  # fmt: skip
+        s3 = kfp.s3_client(kfp.object_store(cluster, namespace))
         listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
         keys = [o["Key"] for o in listed.get("Contents", [])]
         assert f"{prefix}/raw/penguins.csv" in keys, keys
