@@ -284,6 +284,24 @@ def test_concurrent_publish_and_gc_lose_no_published_version(tmp_path):
     assert live[-1] == published[-1]
 
 
+def test_a_version_gc_removes_after_the_listing_is_skipped(tmp_path, monkeypatch):
+    """The interleaving the threaded test above meets by chance, made to happen every time.
+
+    A publisher (or another gc) lists the versions, gc removes one, then the walker reads its
+    manifest: the removed version holds nothing any more, so the walk goes on without it.
+    """
+    reg = Registry(str(tmp_path / "reg"))
+    for i in range(3):  # 1.0.0 (stable, so gc keeps it), 1.1.0, 1.2.0
+        reg.publish(_shard(tmp_path, f"s{i}", _rows(i * 100, i * 100 + 60)), "rows")
+    listed = reg.versions("rows")
+    assert reg.gc("rows", keep_last=1, grace_seconds=30).removed_versions == ["1.1.0"]
+    monkeypatch.setattr(reg, "versions", lambda dataset: listed)  # the listing before gc
+    again = reg.publish(_shard(tmp_path, "again", _rows(200, 260)), "rows")
+    assert (again.version, again.created) == ("1.2.0", False)
+    assert reg.gc("rows", keep_last=1, grace_seconds=30).removed_versions == []  # kept: aliases
+    assert reg.publish(_shard(tmp_path, "s3", _rows(300, 360)), "rows").version == "1.3.0"
+
+
 def test_a_format_1_version_reads_verifies_appends_and_is_collected(tmp_path):
     """A version as the registry wrote it before batches: shards copied into the version."""
     import shutil

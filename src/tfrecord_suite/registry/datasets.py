@@ -214,6 +214,22 @@ class Registry:
         except FileNotFoundError:
             raise RegistryError(f"{dataset}@{version} does not exist in {self.root}") from None
 
+    def _published(
+        self, dataset: str, newest_first: bool = False
+    ) -> Iterator[tuple[Version, Manifest]]:
+        """Each published version with its manifest, skipping one removed since the listing.
+
+        ``gc`` may remove a version between ``versions`` listing it and its manifest being
+        read (its manifest is gone then, ``removed.json`` in its place); such a version holds
+        nothing any more, so callers that walk versions skip it instead of failing.
+        """
+        listed = self.versions(dataset)
+        for v in reversed(listed) if newest_first else listed:
+            try:
+                yield v, self.manifest(dataset, v)
+            except RegistryError:
+                continue
+
     def resolve(self, dataset: str, selector: str = "latest") -> Version:
         """A version for ``1.2.0``, ``1`` (newest 1.x.x), ``1.2`` (newest 1.2.x) or an alias.
 
@@ -421,8 +437,7 @@ class Registry:
         self, dataset: str, body: dict[str, Any], append: bool, attempt: int = 1
     ) -> PublishResult | None:
         """The version that already holds this content (or, appending, this appended data)."""
-        for v in reversed(self.versions(dataset)):
-            m = self.manifest(dataset, v)
+        for v, m in self._published(dataset, newest_first=True):
             same = (
                 (m.append or {}).get("added_digest") == body["content_digest"]
                 if append
@@ -674,13 +689,13 @@ class Registry:
         if keep_last is not None and keep_last < 1:
             raise UserError("--keep-last must be at least 1")
         now = time.time()
-        live = self.versions(dataset)
         report = GcReport(dry_run=dry_run)
         if keep_last is not None or keep_newer_than is not None:
+            manifests = dict(self._published(dataset))  # another gc may be removing some
+            live = list(manifests)
             keep = {Version.parse(v) for v in self.aliases(dataset).values()}
             if keep_last is not None:
                 keep |= set(live[-keep_last:])
-            manifests = {v: self.manifest(dataset, v) for v in live}
             if keep_newer_than is not None:
                 keep |= {v for v in live if now - _age_base(manifests[v]) < keep_newer_than}
             for v in live:
