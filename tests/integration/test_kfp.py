@@ -34,7 +34,15 @@ def submit(profile: Any, pipeline: str, *args: str, wait: bool = True) -> dict[s
         argv += ["--wait", "--timeout", "2400"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=2700)
     assert proc.returncode == 0, f"submit failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout[proc.stdout.index("{") :])
+    return summary_of(proc.stdout)
+
+
+def summary_of(output: str) -> dict[str, Any]:
+    """``submit --json``'s summary: the last JSON object that starts a line of its output
+    (progress lines and a pod's log lines come before it)."""
+    start = ("\n" + output).rfind("\n{")
+    assert start >= 0, output[-3000:]
+    return json.JSONDecoder().raw_decode(output[start:])[0]
 
 
 def client(profile: Any) -> Any:
@@ -343,7 +351,7 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
     (pod,) = core.list_namespaced_pod(ns, label_selector=f"job-name={job}").items
     log = core.read_namespaced_pod_log(pod.metadata.name, ns, _preload_content=False).data
     assert status.succeeded, log.decode()[-4000:]
-    summary = json.loads(log[log.index(b"{") :])
+    summary = summary_of(log.decode())
     assert summary["submitted"], summary
     run_id = summary["run_id"]
 

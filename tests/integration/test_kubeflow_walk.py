@@ -28,7 +28,6 @@ installs, and the README's short form held to the walk.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shlex
@@ -278,13 +277,6 @@ def walk_script(settings: dict[str, str]) -> str:
     return script
 
 
-def summary_of(stdout: str) -> dict[str, Any]:
-    """``submit``'s summary: the last JSON object printed at the start of a line."""
-    start = stdout.rfind("\n{") + 1
-    assert start > 0, stdout[-3000:]
-    return json.JSONDecoder().raw_decode(stdout[start:])[0]
-
-
 #: Seconds the walk may take: here about 1.5 minutes, more where the component image is rebuilt
 #: for a code change
 WALK_TIMEOUT = 1800
@@ -304,7 +296,7 @@ def test_a_reader_walks_the_deploy_page_to_a_run_that_succeeds(
     from cluster import kubeflow_pipelines as kfp
     from cluster import node
     from kubernetes import client
-    from test_kfp import assert_images_compiled, run_pods
+    from test_kfp import assert_images_compiled, run_pods, summary_of
 
     from tfrecord_suite.images import ImageSet
     from tfrecord_suite.kfp.endpoint import KfpEndpoint
