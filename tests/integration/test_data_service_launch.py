@@ -301,7 +301,11 @@ def test_train_step_gives_the_job_nodes_its_runs_service(
     k8s, k8s_nodes, k8s_runner, four_files, tmp_path, monkeypatch
 ):
     """cluster:2 in the train step: the service is started for the run before the job, each
-    node reads through its dispatcher (--input-service grpc://...), and both are gone after."""
+    node reads through its dispatcher (--input-service grpc://...), and both are gone after.
+    Its workers request what the compiled placement says (--service-cpu-request and
+    --service-memory-request; a memory request above the default limit raises the limit)."""
+    from tfrecord_suite.launch.placement import Placement
+
     ns = k8s_runner.namespace
     registry = four_files.rsplit("/", 1)[0]
     shared = os.path.join(registry, "_runs", job_name("run-7"), "model")
@@ -326,6 +330,9 @@ def test_train_step_gives_the_job_nodes_its_runs_service(
             service_account="default-editor",
             input_service="cluster:2",
             launcher="tfjob",
+            placement=Placement(
+                service_cpu_request="250m", service_memory_request="12Gi"
+            ).to_json(),
         )
         (job,) = [j.object for j in operator.jobs.values()]
         _all_gone(k8s, ns)  # the service, the job and the lease
@@ -338,6 +345,10 @@ def test_train_step_gives_the_job_nodes_its_runs_service(
     assert worker["spec"]["replicas"] == 2
     assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "default-editor"
     assert worker["spec"]["template"]["spec"]["containers"][0]["image"] == images.COMPONENT_IMAGE
+    assert worker["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "250m", "memory": "12Gi"},
+        "limits": {"memory": "12Gi"},
+    }
     # the service and the job are the lease's; the lease is the step pod's
     assert lease["metadata"]["ownerReferences"] == [owner]
     for obj in [*seen.values(), job]:
@@ -356,6 +367,25 @@ def test_too_few_files_for_the_workers_is_refused_before_anything_starts(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     with pytest.raises(RetryWillNotHelp, match=r"4 shard files for 2 input pipeline\(s\) and 3"):
         train_step(four_files, tmp_path, workers=2, input_service="cluster:3")
+
+
+def test_a_dataset_on_s3_is_refused_for_a_service_before_anything_starts(
+    s3_bucket, tmp_path, monkeypatch
+):
+    """Its shards would be staged to the trainer's disk, which the workers cannot do: said
+    before any pod is asked for, not after waiting for the service's (the kubeconfig names
+    no API)."""
+    csv = write_csv(
+        str(tmp_path / "rows.csv"), ["x", "label"], [[i, "ab"[i % 2]] for i in range(40)]
+    )
+    staged = str(tmp_path / "staged")
+    run_shard(ShardConfig(input=csv, output=staged, label="label", num_shards=2,
+                          splits="train=100"))  # fmt: skip
+    registry = Registry(f"{s3_bucket}/reg")
+    ref = f"{registry.root}/rows@{registry.publish(staged, 'rows').version}"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    with pytest.raises(UserError, match=r"/rows/.*staged to local disk .* tf.data service workers"):
+        train_step(ref, tmp_path, input_service="cluster:1")
 
 
 def test_cluster_workers_outside_the_pipeline_say_what_to_use(tmp_path):

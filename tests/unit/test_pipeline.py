@@ -246,6 +246,8 @@ def test_bad_deployment_and_placement_fail_with_one_line(tmp_path):
         (["--image-tag", "-bad"], "is not a valid image tag"),
         (["--step-resources", "shard=lots"], "write step=CPU/MEMORY"),
         (["--step-resources", "sharding=1/1Gi"], "no step 'sharding'"),
+        (["--service-cpu-request", "lots"], "--service-cpu-request 'lots': write a quantity"),
+        (["--memory-request", "6GB"], "--memory-request '6GB': write a quantity"),
         (
             ["--accelerator-type", "nvidia-l4", "--tpu-topology", "2x2"],
             "is a GPU but --tpu-topology 2x2 asks for a TPU slice",

@@ -17,7 +17,7 @@ from tfrecord_suite.launch.credentials import (
     S3_REQUIRED_KEYS,
     Credentials,
 )
-from tfrecord_suite.launch.placement import Placement
+from tfrecord_suite.launch.placement import Placement, is_quantity
 
 
 def apply_placement(placement: Placement, task: Any) -> Any:
@@ -109,14 +109,11 @@ def parse_step_resources(text: str) -> dict[str, tuple[str, str]]:
         UserError: An unknown step, or a pair not written ``step=CPU/MEMORY``.
 
     """
-    import re
-
     out: dict[str, tuple[str, str]] = {}
-    quantity = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
     for pair in filter(None, (p.strip() for p in text.split(","))):
         step, sep, value = pair.partition("=")
         cpu, slash, memory = value.partition("/")
-        if not sep or not slash or not quantity.match(cpu) or not quantity.match(memory):
+        if not sep or not slash or not is_quantity(cpu) or not is_quantity(memory):
             raise UserError(f"--step-resources {pair!r}: write step=CPU/MEMORY, e.g. shard=8/32Gi")
         if step not in STEPS:
             raise UserError(f"--step-resources: no step {step!r}; steps: {', '.join(STEPS)}")

@@ -69,6 +69,22 @@ def dispatcher_address(name: str) -> str:
     return f"grpc://{name}-dispatcher-0.{name}:{DISPATCHER_PORT}"
 
 
+def worker_resources(requests: dict[str, str]) -> dict[str, dict[str, str]]:
+    """A worker container's ``resources``: :data:`WORKER_RESOURCES` with ``requests`` over its own.
+
+    The memory limit rises to the memory requested where that is larger (a limit below the
+    request is refused by the API server).
+    """
+    from kubernetes.utils.quantity import parse_quantity
+
+    out = {key: dict(value) for key, value in WORKER_RESOURCES.items()}
+    out["requests"].update(requests)
+    memory, limit = out["requests"]["memory"], out["limits"]["memory"]
+    if parse_quantity(memory) > parse_quantity(limit):
+        out["limits"]["memory"] = memory
+    return out
+
+
 def worker_names(name: str, workers: int) -> list[str]:
     """Every worker's ``host:port``, as each advertises itself: the dispatcher's fixed list."""
     return [f"{name}-worker-{i}.{name}:{WORKER_PORT}" for i in range(workers)]
@@ -85,6 +101,7 @@ def objects(
     owner: dict[str, Any] | None = None,
     credentials: Credentials | None = None,
     clients: list[dict[str, str]] | None = None,
+    worker_requests: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The objects of the tf.data service ``name``.
 
@@ -105,6 +122,9 @@ def objects(
             own: a run's trainers (:func:`~tfrecord_suite.launch.job.run_trainers`); None:
             every trainer pod of the namespace (:data:`~tfrecord_suite.launch.job.TRAINER_LABELS`,
             a long-lived service shared by every run).
+        worker_requests: CPU and/or memory each worker requests instead of
+            :data:`WORKER_RESOURCES`' (the train step's ``--service-cpu-request`` and
+            ``--service-memory-request``); the memory limit rises to a larger request.
 
     Returns:
         [ServiceAccount,] Service, dispatcher StatefulSet, worker StatefulSet,
@@ -224,7 +244,7 @@ def objects(
             f"--address=$(POD_NAME).{name}:{WORKER_PORT}",
         ],
         env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-        resources=WORKER_RESOURCES,
+        resources=worker_resources(worker_requests or {}),
         credentials=credentials,
         # workers on nodes of their own where there are enough: a node lost takes one worker
         pod={
@@ -347,6 +367,7 @@ class DataServiceLauncher:
         namespace: str = "",
         credentials: Credentials | None = None,
         clients: list[dict[str, str]] | None = None,
+        worker_requests: dict[str, str] | None = None,
     ) -> Iterator[str]:
         """The dispatcher's address while the service ``name`` runs; deleted on leaving.
 
@@ -369,6 +390,7 @@ class DataServiceLauncher:
             owner=owner,
             credentials=credentials,
             clients=clients or (run_trainers(run_id) if run_id else None),
+            worker_requests=worker_requests,
         )
         ours: list[dict[str, Any]] = []  # created or adopted: never another run's
         try:

@@ -11,6 +11,7 @@ distributed job it launches (``tfjob``, ``trainjob``).
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from tfrecord_suite import flags
 from tfrecord_suite.errors import UserError
@@ -32,6 +33,18 @@ CPU_TRAINER_REQUEST = ("3", "10Gi")
 #: kubelet's reservations and the usual daemon sets: the defaults of every pod the suite
 #: creates fit in it (a request or limit above it would stay Pending on such a node).
 SMALL_NODE = {"cpu": "3500m", "memory": "12Gi"}
+
+
+#: A CPU or memory quantity as Kubernetes writes one: 3, 1.5, 500m, 512Mi, 8Gi
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+#: Placement's fields that hold one (checked when a placement is made)
+_QUANTITY_FIELDS = ("cpu_limit", "memory_limit", "cpu_request", "memory_request",
+                    "service_cpu_request", "service_memory_request")  # fmt: skip
+
+
+def is_quantity(text: str) -> bool:
+    """Whether ``text`` is a CPU or memory quantity (``3``, ``500m``, ``8Gi``)."""
+    return bool(_QUANTITY.match(text))
 
 
 def fits_small_node(quantities: dict[str, str]) -> bool:
@@ -70,6 +83,11 @@ class Placement:
         launcher: How multi-node training is launched: ``trainjob`` (Kubeflow Trainer v2),
             ``tfjob`` (Training Operator v1), or ``auto`` (asks the cluster which it serves,
             TrainJob first). The compiled pipeline's default for its ``launcher`` parameter.
+        service_cpu_request: CPU each worker of the run's tf.data service requests
+            (``input_service=cluster:N``), e.g. 1500m for nodes smaller than the default asks;
+            empty: the default (3, a 4 vCPU node's share).
+        service_memory_request: Memory each worker of the run's tf.data service requests,
+            e.g. 4Gi; empty: the default (8Gi).
         priority_class: PriorityClass of a TFJob's nodes, e.g. tfrecord-suite-gpu-training
             (k8s/cluster installs it; it preempts nobody unless the administrator applied
             k8s/priority); empty for the cluster's default. A TrainJob's nodes take the
@@ -88,9 +106,16 @@ class Placement:
     memory_request: str = ""
     launch_job: bool = dataclasses.field(default=False, metadata={flags.ALIASES: ("--tfjob",)})
     launcher: str = "auto"
+    service_cpu_request: str = ""
+    service_memory_request: str = ""
     priority_class: str = ""
 
     def __post_init__(self) -> None:
+        for name in _QUANTITY_FIELDS:
+            value = getattr(self, name)
+            if value and not is_quantity(value):
+                flag = "--" + name.replace("_", "-")
+                raise UserError(f"{flag} {value!r}: write a quantity, e.g. 1500m or 6Gi")
         if self.accelerator_count < 0:
             raise UserError("--accelerator-count must be >= 0")
         if self.accelerator_count and not self.accelerator_type:
@@ -170,6 +195,11 @@ class Placement:
         else:
             cpu, memory = CPU_TRAINER_REQUEST
         return {"cpu": self.cpu_request or cpu, "memory": self.memory_request or memory}
+
+    def service_requests(self) -> dict[str, str]:
+        """What each tf.data service worker requests beyond the defaults (only those given)."""
+        given = {"cpu": self.service_cpu_request, "memory": self.service_memory_request}
+        return {key: value for key, value in given.items() if value}
 
     def resources(self) -> dict[str, dict[str, str]]:
         """A trainer container's ``resources``: :meth:`requests` and :meth:`limits`."""

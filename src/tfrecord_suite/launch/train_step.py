@@ -52,6 +52,8 @@ class StepLaunch:
         kinds: The job kinds to try, in order (empty: training runs in the step's pod).
         service_workers: Worker pods of the run's tf.data service (0: none).
         image: The image of the run's tf.data service (and of the lease's template).
+        service_requests: CPU and memory each service worker requests instead of the
+            defaults (:meth:`Placement.service_requests`).
 
     """
 
@@ -63,6 +65,7 @@ class StepLaunch:
     kinds: list[JobKind]
     service_workers: int
     image: str
+    service_requests: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def owner(self) -> dict[str, str] | None:
         """The ``ownerReference`` of what the step creates."""
@@ -111,17 +114,21 @@ def launching(
         yield None
         return
     if service:
-        from tfrecord_suite.registry.datasets import resolve_dataset
+        from tfrecord_suite.registry.datasets import resolve_dataset, shard_uris
         from tfrecord_suite.train.service import check_files_per_worker
 
-        manifest, _ = resolve_dataset(config.dataset)
-        train_files = sum(1 for s in manifest.shards if s["split"] == "train")
-        check_files_per_worker(wanted, train_files, workers)
+        manifest, version_dir = resolve_dataset(config.dataset)
+        train_files = shard_uris(manifest, version_dir, "train")
+        check_files_per_worker(wanted, len(train_files), workers)
+        config.reader.check_served(train_files)
     pod = PodInfo.from_env()
     run_key = pod.run_id or fallback_key
     api = kubernetes_client()
     kinds = choose_launchers(where.launcher, api) if job else []
-    launch = StepLaunch(api, run_key, pod, None, Credentials.from_env(), kinds, service, image)
+    launch = StepLaunch(
+        api, run_key, pod, None, Credentials.from_env(), kinds, service, image,
+        where.service_requests(),
+    )  # fmt: skip
     lease = Lease(
         api,
         lease_name(job_name(run_key)),
@@ -157,6 +164,7 @@ def cluster_input_service(config: Any, launch: StepLaunch | None) -> Iterator[An
         owner=launch.owner(),
         credentials=launch.credentials,
         clients=launch.trainers(),
+        worker_requests=launch.service_requests,
     ) as address:
         _LOG.info("training input through the run's tf.data service at %s", address)
         yield dataclasses.replace(config, input_service=address)

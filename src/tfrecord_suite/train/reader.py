@@ -222,6 +222,23 @@ class ReaderConfig:
             )
         return self.remote_read == "stage" or (self.remote_read == "auto" and not opened)
 
+    def check_served(self, files: Sequence[str]) -> None:
+        """Refuse to read ``files`` through a tf.data service where they would be staged.
+
+        The staging runs in the trainer's process, which the service's workers cannot run.
+
+        Raises:
+            UserError: The files are staged (``s3://``, or ``remote_read=stage``).
+
+        """
+        if self.stages(files):
+            raise UserError(
+                f"{files[0]} and the other shards are staged to local disk before they are "
+                f"read (remote_read={self.remote_read}), which tf.data service workers cannot "
+                "do: keep the dataset on a store TensorFlow opens (gs://, or a folder the "
+                "workers mount) to read it through an input service"
+            )
+
 
 def estimate_record_bytes(files: Sequence[str], compression: str = "", sample: int = 64) -> float:
     """Mean serialized size of the first ``sample`` records (of the first non-empty files)."""
@@ -634,11 +651,7 @@ def make_dataset(
         )
     if service:  # each service worker repeats its own share of the files
         layout = dataclasses.replace(layout, repeat_files=False)
-        if layout.staged:
-            raise UserError(
-                "staged shards (remote_read) with an input service: the service's workers "
-                "cannot run the staging; read them from a store TensorFlow opens (gs://)"
-            )
+        config.check_served(files)
     files_ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
 
     def read_and_parse(seed: Any = None) -> Any:
