@@ -68,8 +68,13 @@ def test_staged_shards_are_refused_with_an_input_service():
     from tfrecord_suite.train.reader import make_dataset
 
     schema = Schema([Feature("x", "float32"), Feature("y", "int64")], label="y")
-    with pytest.raises(UserError, match=r"s3://b/a.tfrecord and the other shards are staged .* service workers cannot"):
+    with pytest.raises(
+        UserError,
+        match=r"s3://b/a.tfrecord and the other shards are staged .* service workers cannot",
+    ):
         make_dataset(["s3://b/a.tfrecord"], schema, unsized_reader(), service="grpc://d:5050")
     staged_gs = unsized_reader(remote_read="stage")
-    with pytest.raises(UserError, match=r"\(remote_read=stage\), which tf.data service workers cannot"):
+    with pytest.raises(
+        UserError, match=r"\(remote_read=stage\), which tf.data service workers cannot"
+    ):
         make_dataset(["gs://b/a.tfrecord"], schema, staged_gs, service="grpc://d:5050")
