@@ -288,11 +288,16 @@ def test_a_retried_step_adopts_its_own_service_but_not_another_runs(k8s, k8s_nod
 def four_files(tmp_path_factory):
     """A version of 4 train shard files in a registry of its own."""
     base = tmp_path_factory.mktemp("four")
+    return _four_files_version(base, str(base / "reg"))
+
+
+def _four_files_version(base, registry_root: str) -> str:
+    """400 rows in 4 train shard files, published under ``registry_root``; the reference."""
     csv = write_csv(str(base / "rows.csv"), ["x", "label"], [[i, "ab"[i % 2]] for i in range(400)])
     staged = str(base / "staged")
     run_shard(ShardConfig(input=csv, output=staged, label="label", num_shards=4,
                           splits="train=100"))  # fmt: skip
-    registry = Registry(str(base / "reg"))
+    registry = Registry(registry_root)
     return f"{registry.root}/rows@{registry.publish(staged, 'rows').version}"
 
 
@@ -375,14 +380,7 @@ def test_a_dataset_on_s3_is_refused_for_a_service_before_anything_starts(
     """Its shards would be staged to the trainer's disk, which the workers cannot do: said
     before any pod is asked for, not after waiting for the service's (the kubeconfig names
     no API)."""
-    csv = write_csv(
-        str(tmp_path / "rows.csv"), ["x", "label"], [[i, "ab"[i % 2]] for i in range(40)]
-    )
-    staged = str(tmp_path / "staged")
-    run_shard(ShardConfig(input=csv, output=staged, label="label", num_shards=2,
-                          splits="train=100"))  # fmt: skip
-    registry = Registry(f"{s3_bucket}/reg")
-    ref = f"{registry.root}/rows@{registry.publish(staged, 'rows').version}"
+    ref = _four_files_version(tmp_path, f"{s3_bucket}/reg")
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     with pytest.raises(UserError, match=r"/rows/.*staged to local disk .* tf.data service workers"):
         train_step(ref, tmp_path, input_service="cluster:1")
