@@ -206,7 +206,13 @@ class RowConverter:
 
     def _finish(self, typed: dict[str, Any], key: bytes) -> Converted:
         digest = key_digest(key)
-        data = self._serialize(typed)
+        try:
+            data = self._serialize(typed)
+        except UnicodeEncodeError as exc:  # JSON's "\ud800": text no UTF-8 can hold
+            field = next(
+                (k for k, v in typed.items() if isinstance(v, str) and not _encodes(v)), None
+            )
+            raise RowError(f"text holds a lone surrogate ({exc.reason})", field=field) from None
         label = typed.get(self.schema.label) if self.schema.label else None
         if label is not None and self.schema.source_format == "images":
             label = (self.schema.label_classes or [])[label]
@@ -273,6 +279,14 @@ class RowConverter:
         return self._finish(typed, data)
 
 
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """``"HEIGHTxWIDTH"`` -> ``(height, width)``; a :class:`UserError` naming the text otherwise."""
     m = re.fullmatch(r"(\d+)[xX](\d+)", text.strip())
@@ -325,8 +339,8 @@ def _len(n: int) -> bytes:
     return _SMALL_VARINTS[n] if n < 16384 else _varint(n)
 
 
-def _key(name: str) -> bytes:
-    """A map entry's key field: tag 1, the name's length, the name."""
+def map_key(name: str) -> bytes:
+    """A feature map entry's key field: tag 1, the name's length, the name."""
     key = _KEYS.get(name)
     if key is None:
         raw = name.encode()
@@ -339,12 +353,13 @@ def _float_entry(name: str) -> bytes:
     prefix = _FLOAT_ENTRIES.get(name)
     if prefix is None:
         # entry = key, value tag 2 (8 bytes: Feature.float_list tag 2, 6 bytes: packed tag 1, 4)
-        body = _key(name) + b"\x12\x08\x12\x06\x0a\x04"
+        body = map_key(name) + b"\x12\x08\x12\x06\x0a\x04"
         prefix = _FLOAT_ENTRIES[name] = b"\x0a" + _len(len(body) + 4) + body
     return prefix
 
 
-def _map_order(name: str) -> bytes:
+def map_order(name: str) -> bytes:
+    """The sort key of a feature's name in protobuf's deterministic order of map entries."""
     return name.encode() + b"\xff"  # 0xff never occurs in UTF-8
 
 
@@ -360,7 +375,7 @@ def encode_example(typed: Mapping[str, Any]) -> bytes:
     order = _ORDERS.get(names)
     if order is None:
         # protobuf's deterministic order: by bytes, a name before its own prefixes ("ab" < "a")
-        order = _ORDERS[names] = sorted(names, key=_map_order)
+        order = _ORDERS[names] = sorted(names, key=map_order)
     parts: list[bytes] = []
     floats = _FLOAT_ENTRIES
     for name in order:
@@ -379,14 +394,14 @@ def encode_example(typed: Mapping[str, Any]) -> bytes:
             raw = _len(number) if 0 <= number < 16384 else _varint(number & 0xFFFFFFFFFFFFFFFF)
             inner = b"\x0a" + _len(len(raw)) + raw
             feature = b"\x1a" + _len(len(inner)) + inner
-        body = _key(name) + b"\x12" + _len(len(feature)) + feature
+        body = map_key(name) + b"\x12" + _len(len(feature)) + feature
         parts += (b"\x0a", _len(len(body)), body)
     features = b"".join(parts)
     return b"\x0a" + _len(len(features)) + features if features else b""
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _cell_converter(feature: Feature, na: frozenset[str]) -> Any:
@@ -401,7 +416,7 @@ def _cell_converter(feature: Feature, na: frozenset[str]) -> Any:
         return None if value is None else _coerce(feature, value)
 
     numeric = {
-        "float32": (float, -_FLOAT32_MAX, _FLOAT32_MAX, "a number"),
+        "float32": (float, -FLOAT32_MAX, FLOAT32_MAX, "a number"),
         "int64": (int, _INT64_MIN, _INT64_MAX, "an integer"),
     }
     if feature.dtype not in numeric:
@@ -448,7 +463,7 @@ def _coerce(feature: Feature, value: Any) -> Any:
             raise RowError(f"{value!r} is not a number", field=feature.name) from None
         if not math.isfinite(f):
             raise RowError(f"{value!r} is not a finite number", field=feature.name)
-        if abs(f) > _FLOAT32_MAX:
+        if abs(f) > FLOAT32_MAX:
             raise RowError(f"{value!r} does not fit in float32", field=feature.name)
         return f
     if isinstance(value, bytes):

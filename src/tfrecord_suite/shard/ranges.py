@@ -33,8 +33,10 @@ import dataclasses
 import io
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from tfrecord_suite.io import storage
-from tfrecord_suite.shard import sources
+from tfrecord_suite.shard import kernels, sources
 from tfrecord_suite.shard.sources import FileRange, ReadOptions
 
 #: A file is cut about every this many bytes (at most :data:`MAX_RANGES` ranges): small enough
@@ -137,6 +139,7 @@ def probe_cut(cut: Cut, options: ReadOptions) -> Probe:
     A cut in which no line starts (inside a long line) is empty and costs one bounded read; only
     a cut with a line start looks past its end for the next one, so a long line is read once.
     """
+    csv = options.format in ("csv", "tsv")
     with sources.open_file(cut.uri) as fh:
         line_start = _line_start(fh, cut.offset, cut.next_offset)
         if line_start is None:
@@ -144,16 +147,63 @@ def probe_cut(cut: Cut, options: ReadOptions) -> Probe:
         end = None if cut.next_offset is None else _line_start(fh, cut.next_offset, None)
         if end is not None and end >= cut.size:
             end = None
-        lines = _count_lines(fh, line_start, end)
-    if options.format not in ("csv", "tsv") or lines == 0:
-        return Probe(cut, line_start, end, lines)
-    hypotheses = [(line_start, 0)]
-    if cut.index > 0:
+        if not csv:
+            return Probe(cut, line_start, end, _count_lines(fh, line_start, end))
+        fh.seek(line_start)
+        data = np.frombuffer(fh.read() if end is None else fh.read(end - line_start), np.uint8)
+        starts = kernels.line_starts(data)
+        lines = len(starts) - 1
+        if lines == 0:
+            return Probe(cut, line_start, end, 0)
+        readings = _plain_readings(fh, cut, line_start, end, data, starts)
+    if readings is None:
+        hypotheses = [(line_start, 0)]
+        if cut.index > 0:
+            closed = _after_first_odd_quote_line(cut.uri, options, line_start)
+            if closed is not None:
+                hypotheses.append(closed)
+        readings = _follow(cut.uri, options, hypotheses, end)
+    elif cut.index > 0 and lines <= sources.MAX_RECORD_LINES:
+        # too few lines here to rule out the second hypothesis: look past the cut as it does
         closed = _after_first_odd_quote_line(cut.uri, options, line_start)
         if closed is not None:
-            hypotheses.append(closed)
-    readings = _follow(cut.uri, options, hypotheses, end)
+            readings += _follow(cut.uri, options, [closed], end)
     return Probe(cut, line_start, end, lines, tuple(readings))
+
+
+def _plain_readings(
+    fh: io.BufferedIOBase,
+    cut: Cut,
+    line_start: int,
+    end: int | None,
+    data: np.ndarray,
+    starts: np.ndarray,
+) -> list[Reading] | None:
+    """The first hypothesis's reading where no line of the cut has an odd number of quotes.
+
+    Then every line but those of line ends only is a one-line record (the assembler's rule),
+    so the reading is the lines themselves: no line is read in Python. None where a line has
+    an odd number of quotes, or the file's first line is not plainly its header.
+    """
+    kinds = kernels.quote_parity(data, starts)
+    if (kinds == 2).any():
+        return None
+    records = np.flatnonzero(kinds)
+    if cut.index == 0:
+        first = bytes(data[starts[0] : starts[1]])
+        if not records.size or records[0] != 0 or not first.strip():
+            return None  # blank lines or spaces before the header: the assembler's own way
+        records = records[1:]  # the header is no record
+    kept = tuple((line_start + int(starts[j]), int(j)) for j in records[:KEPT_STARTS])
+    exit_ = None
+    if end is not None:
+        line, at = len(starts) - 1, end
+        fh.seek(end)
+        while (text := fh.readline()) and not text.strip(b"\r\n"):
+            line, at = line + 1, at + len(text)
+        exit_ = (at, line) if text else None
+    # the second hypothesis needs an odd line within its reach: none among this many lines
+    return [Reading(kept, exit_)]
 
 
 def settle(probes: Iterable[Probe], options: ReadOptions) -> tuple[list[FileRange], int]:

@@ -14,9 +14,10 @@ import dataclasses
 import fnmatch
 import glob
 import io
+import itertools
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from tfrecord_suite.errors import UserError
@@ -36,6 +37,10 @@ _EXTENSION_FORMATS = {
     ".text": "text",
 }
 _GLOB_CHARS = set("*?[")
+
+
+#: Opens a file for reading bytes (:func:`open_file`, or the batch path's bytes in memory).
+Opener = Callable[[str], IO[bytes]]
 
 
 class InputError(UserError):
@@ -257,7 +262,11 @@ class ReadOptions:
 
 
 def read_rows(
-    uri: str, options: ReadOptions, limit: int | None = None, part: FileRange | None = None
+    uri: str,
+    options: ReadOptions,
+    limit: int | None = None,
+    part: FileRange | None = None,
+    opener: Opener | None = None,
 ) -> Iterator[RawRow]:
     """Yield the rows of one file, or of one part of it.
 
@@ -268,22 +277,25 @@ def read_rows(
         part: Read only this range (from :mod:`tfrecord_suite.shard.ranges`); the rows are
             exactly those that reading the whole file yields from the range, with the same row
             numbers.
+        opener: Opens the file of a line format (CSV/TSV, JSON lines, text lines) for reading
+            bytes; :func:`open_file` when None. The batch path passes the bytes it holds.
 
     """
+    opener = opener or open_file
     fmt = options.format
     part = part or FileRange(uri)
     if not part.whole and fmt not in SPLITTABLE:
         raise InputError(f"{uri}: {fmt} files are read whole, not in ranges")
     if fmt in ("csv", "tsv"):
-        rows = _read_csv(uri, options, part)
+        rows = _read_csv(uri, options, part, opener)
     elif fmt == "jsonl":
-        rows = _read_jsonl(uri, options, part)
+        rows = _read_jsonl(uri, options, part, opener)
     elif fmt == "parquet":
         rows = _read_parquet(uri, part)
     elif fmt == "images":
         rows = _read_whole_file(uri, "image")
     elif fmt == "text":
-        rows = _read_text(uri, options, part)
+        rows = _read_text(uri, options, part, opener)
     else:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     count = 0
@@ -306,7 +318,11 @@ _MARKER = "\0ERR"
 
 
 def read_lines(
-    uri: str, options: ReadOptions, errors: list[str], start: int = 0
+    uri: str,
+    options: ReadOptions,
+    errors: list[str],
+    start: int = 0,
+    opener: Opener | None = None,
 ) -> Iterator[tuple[int, str]]:
     r"""``(byte offset, decoded line)`` from ``start``, so a bad byte costs one row only.
 
@@ -321,8 +337,9 @@ def read_lines(
         return f"{_MARKER}{len(errors) - 1}\n"
 
     limit = options.max_line_bytes
+    opener = opener or open_file
     if not byte_lines(options):
-        with open_file(uri) as raw:
+        with opener(uri) as raw:
             text = io.TextIOWrapper(raw, encoding=options.encoding, newline="")
             try:
                 for line in text:
@@ -330,7 +347,7 @@ def read_lines(
             except UnicodeDecodeError as exc:
                 yield -1, marker(_decode_error(options, exc))
         return
-    with open_file(uri) as raw:
+    with opener(uri) as raw:
         if start:
             raw.seek(start)
         offset = start
@@ -362,7 +379,9 @@ def _marker_error(text: str, errors: list[str]) -> str | None:
     return None
 
 
-def _read_csv(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRow]:
+def _read_csv(
+    uri: str, options: ReadOptions, part: FileRange, opener: Opener | None = None
+) -> Iterator[RawRow]:
     """CSV/TSV records of ``part``; a syntax error (bad quote, ragged row) costs one row.
 
     A record is complete when its quote characters balance (opening and closing quotes and
@@ -373,27 +392,36 @@ def _read_csv(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRo
     reported there with its raw text, and reading resumes at the next line, so the lines that
     were read ahead are read again as records of their own and no good row after it is lost.
     """
-    for _, _, row in _csv_records(uri, options, part, rows=True):
+    for _, _, row in csv_records(uri, options, part, rows=True, opener=opener):
         if row is not None:
             yield row
 
 
-def _csv_records(
-    uri: str, options: ReadOptions, part: FileRange, rows: bool
+def csv_records(
+    uri: str,
+    options: ReadOptions,
+    part: FileRange,
+    rows: bool,
+    opener: Opener | None = None,
+    header: list[str] | None = None,
 ) -> Iterator[tuple[int, int, RawRow | None]]:
     """``(line, byte offset, row)`` for every record that starts in ``part``.
 
     The one record assembler: :func:`_read_csv` takes its rows, and :func:`csv_record_starts`
     only its record starts (``rows=False`` skips parsing records of one line, which never change
     where the next record starts), so a range starts exactly where reading the whole file starts
-    a record.
+    a record. ``opener`` opens the file (:func:`open_file` when None); ``header`` is the file's
+    header when the caller has it (a range after the first reads it from the file otherwise).
     """
-    delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
+    delimiter = csv_delimiter(options)
     errors: list[str] = []
-    header: list[str] | None = None if part.start == 0 else csv_header(uri, options)
+    if part.start == 0:
+        header = None  # the file's first record
+    elif header is None:
+        header = csv_header(uri, options, opener)
     numbered = (
         (part.first_row + i, at, text)
-        for i, (at, text) in enumerate(read_lines(uri, options, errors, part.start))
+        for i, (at, text) in enumerate(read_lines(uri, options, errors, part.start, opener))
     )
     pending: list[tuple[int, int, str]] = []  # lines read ahead, to read again (last = next)
 
@@ -438,7 +466,7 @@ def _csv_records(
         if header is None:
             if not record.strip():
                 continue
-            fields = _parse_record(record, delimiter)
+            fields = parse_record(record, delimiter)
             if not fields or not any(f.strip() for f in fields):
                 raise InputError(f"{uri}: the first line must be a header with column names")
             header = [f.strip() for f in fields]
@@ -448,7 +476,7 @@ def _csv_records(
         if not more and not rows:
             yield line_no, at, None
             continue
-        fields = _parse_record(record, delimiter)
+        fields = parse_record(record, delimiter)
         if fields is None:
             yield line_no, at, bad(
                 first, more, "CSV syntax error: a quote inside a field or after a quoted "
@@ -504,7 +532,7 @@ def _swallowed(
         text = line(start)[2]
         size, open_quote, i = len(text), text.count('"') % 2 == 1, start + 1
         while open_quote:
-            # the bounds as _csv_records applies them: checked before each further line
+            # the bounds as csv_records applies them: checked before each further line
             if i - start >= MAX_RECORD_LINES or size > MAX_RECORD_BYTES:
                 return None
             nxt = line(i)
@@ -525,7 +553,7 @@ def _swallowed(
         text = "".join(t for _, _, t in window[start:stop])
         if not text.strip("\r\n"):
             return stop, None
-        fields = _parse_record(text, delimiter)
+        fields = parse_record(text, delimiter)
         return (stop, 0) if fields is not None and len(fields) == width else (start + 1, 1)
 
     try:
@@ -549,7 +577,12 @@ def _swallowed(
         pending.extend(reversed(window[len(more) + 1 :]))
 
 
-def _parse_record(text: str, delimiter: str) -> list[str] | None:
+def csv_delimiter(options: ReadOptions) -> str:
+    """The delimiter of a CSV/TSV file: the one given, else a comma (a tab for TSV)."""
+    return options.delimiter or ("\t" if options.format == "tsv" else ",")
+
+
+def parse_record(text: str, delimiter: str) -> list[str] | None:
     """The fields of one complete record, or None when it is not valid CSV (strict dialect)."""
     if '"' not in text:
         return text.rstrip("\r\n").split(delimiter)
@@ -574,7 +607,7 @@ def csv_record_starts(
     where records start: :mod:`tfrecord_suite.shard.ranges` cuts files at them.
     """
     part = FileRange(uri, start, None, first_line)
-    for line_no, at, _ in _csv_records(uri, options, part, rows=False):
+    for line_no, at, _ in csv_records(uri, options, part, rows=False):
         yield at, line_no
 
 
@@ -587,11 +620,11 @@ def _decode_error(options: ReadOptions, exc: UnicodeDecodeError) -> str:
     return f"not valid {options.encoding} ({exc.reason}); pass --encoding to read it"
 
 
-def csv_header(uri: str, options: ReadOptions) -> list[str]:
+def csv_header(uri: str, options: ReadOptions, opener: Opener | None = None) -> list[str]:
     """The column names of a CSV/TSV file (empty if the file is empty)."""
-    delimiter = options.delimiter or ("\t" if options.format == "tsv" else ",")
+    delimiter = csv_delimiter(options)
     errors: list[str] = []
-    lines = (text for _, text in read_lines(uri, options, errors))
+    lines = (text for _, text in read_lines(uri, options, errors, 0, opener))
     first = next(csv.reader(lines, delimiter=delimiter), None)
     if not first:
         return []
@@ -601,18 +634,20 @@ def csv_header(uri: str, options: ReadOptions) -> list[str]:
 
 
 def _numbered_lines(
-    uri: str, options: ReadOptions, part: FileRange, errors: list[str]
+    uri: str, options: ReadOptions, part: FileRange, errors: list[str], opener: Opener | None
 ) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of the lines that start in ``part``."""
-    for i, (at, line) in enumerate(read_lines(uri, options, errors, part.start)):
+    for i, (at, line) in enumerate(read_lines(uri, options, errors, part.start, opener)):
         if part.end is not None and at >= part.end:
             return
         yield part.first_row + i, line
 
 
-def _read_jsonl(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRow]:
+def _read_jsonl(
+    uri: str, options: ReadOptions, part: FileRange, opener: Opener | None
+) -> Iterator[RawRow]:
     errors: list[str] = []
-    for line_no, line in _numbered_lines(uri, options, part, errors):
+    for line_no, line in _numbered_lines(uri, options, part, errors, opener):
         marker = _marker_error(line, errors)
         if marker:
             yield RawRow(uri, line_no, {}, marker)
@@ -635,20 +670,42 @@ def _read_jsonl(uri: str, options: ReadOptions, part: FileRange) -> Iterator[Raw
 
 
 def _read_parquet(uri: str, part: FileRange) -> Iterator[RawRow]:
+    try:
+        batches = parquet_batches(uri, part)
+        first = next(batches, None)
+    except ParquetUnreadable as exc:
+        yield RawRow(uri, 0, {}, str(exc))
+        return
+    if first is None:
+        return
+    for row, batch in itertools.chain([first], batches):
+        for i, values in enumerate(batch.to_pylist()):
+            yield RawRow(uri, row + i, values)
+
+
+class ParquetUnreadable(InputError):
+    """A file is not a Parquet file pyarrow can open."""
+
+
+def parquet_batches(uri: str, part: FileRange, batch_size: int = 4096) -> Iterator[tuple[int, Any]]:
+    """``(row number of its first row, pyarrow RecordBatch)`` of the row groups ``part`` names.
+
+    Raises:
+        ParquetUnreadable: On the first ``next``, when the file cannot be opened as Parquet.
+
+    """
     import pyarrow.parquet as pq
 
     with open_file(uri) as fh:
         try:
             pf = pq.ParquetFile(io.BytesIO(fh.read()) if storage.is_remote(uri) else fh)
         except Exception as exc:  # pyarrow raises several types for a bad file
-            yield RawRow(uri, 0, {}, f"not a readable Parquet file: {exc}")
-            return
+            raise ParquetUnreadable(f"not a readable Parquet file: {exc}") from None
         groups = list(range(pf.num_row_groups))[part.start : part.end]
-        row = part.first_row - 1
-        for batch in pf.iter_batches(batch_size=4096, row_groups=groups):
-            for values in batch.to_pylist():
-                row += 1
-                yield RawRow(uri, row, values)
+        row = part.first_row
+        for batch in pf.iter_batches(batch_size=batch_size, row_groups=groups):
+            yield row, batch
+            row += batch.num_rows
 
 
 def parquet_columns(uri: str) -> list[str]:
@@ -666,7 +723,9 @@ def _read_whole_file(uri: str, field: str) -> Iterator[RawRow]:
     yield RawRow(uri, 0, {field: data, "label": image_label(uri)})
 
 
-def _read_text(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawRow]:
+def _read_text(
+    uri: str, options: ReadOptions, part: FileRange, opener: Opener | None
+) -> Iterator[RawRow]:
     if options.text_mode == "file":
         with open_file(uri) as fh:
             data = fh.read()
@@ -678,7 +737,7 @@ def _read_text(uri: str, options: ReadOptions, part: FileRange) -> Iterator[RawR
         yield RawRow(uri, 0, {"text": text, "label": image_label(uri)})
         return
     errors: list[str] = []
-    for line_no, line in _numbered_lines(uri, options, part, errors):
+    for line_no, line in _numbered_lines(uri, options, part, errors, opener):
         marker = _marker_error(line, errors)
         if marker:
             yield RawRow(uri, line_no, {}, marker)

@@ -22,8 +22,12 @@ from __future__ import annotations
 import os
 import struct
 import uuid
+from collections.abc import Sequence
 
-from tfrecord_suite.shard import convert
+import numpy as np
+
+from tfrecord_suite.shard import convert, kernels
+from tfrecord_suite.shard.records import Records
 
 #: Bytes of converted records buffered in memory by one writer before they are appended to disk.
 FLUSH_BYTES = 32 * 1024 * 1024
@@ -63,30 +67,40 @@ class SpillWriter:
     Args:
         spill_dir: A local folder every worker of the runner can reach.
         buckets: From :func:`bucket_count`.
+        names: The split names (a record's split is an index into them).
 
     """
 
-    def __init__(self, spill_dir: str, buckets: int):
+    def __init__(self, spill_dir: str, buckets: int, names: Sequence[str]):
         self.bundle = uuid.uuid4().hex
         self._dir = spill_dir
         self._buckets = buckets
+        self._names = tuple(names)
         self._buffers: dict[tuple[str, int], bytearray] = {}
         self._buffered = 0
         self.sizes: dict[str, list[int]] = {}  # split -> [records, record bytes]
 
-    def add(self, split: str, digest: bytes, data: bytes) -> None:
-        """Spill one record."""
-        key = (split, bucket_of(digest, self._buckets))
-        buffer = self._buffers.get(key)
-        if buffer is None:
-            buffer = self._buffers[key] = bytearray()
-        buffer += _LENGTH.pack(len(data))
-        buffer += digest
-        buffer += data
-        self._buffered += _HEADER + len(data)
-        size = self.sizes.setdefault(split, [0, 0])
-        size[0] += 1
-        size[1] += len(data)
+    def add(self, records: Records) -> None:
+        """Spill records: each to the bucket of its split and hash."""
+        buckets = records.shard_of(np.full(len(self._names), self._buckets, np.int64))
+        keys = records.split.astype(np.int64) * self._buckets + buckets
+        order = np.argsort(keys, kind="stable")
+        entries = records.spilled(order)
+        ends = np.cumsum(_HEADER + records.lengths()[order])
+        ordered = keys[order]
+        bounds = np.flatnonzero(np.diff(ordered)) + 1
+        starts = np.concatenate([[0], bounds])
+        for first, stop in zip(starts, [*bounds, len(order)], strict=True):
+            key = int(ordered[first])
+            split = self._names[key // self._buckets]
+            low = int(ends[first - 1]) if first else 0
+            buffer = self._buffers.setdefault((split, key % self._buckets), bytearray())
+            buffer += entries[low : int(ends[stop - 1])]
+        for split, (count, size) in records.sizes(self._names).items():
+            total = self.sizes.setdefault(split, [0, 0])
+            total[0] += count
+            total[1] += size
+        self._buffered += len(entries)
         if self._buffered >= FLUSH_BYTES:
             self.flush()
 
@@ -103,33 +117,47 @@ class SpillWriter:
 
 
 def read_shard(
-    spill_dir: str, bundles: list[str], split: str, index: int, num_shards: int, buckets: int
-) -> list[tuple[bytes, bytes]]:
-    """Shard ``index``'s ``(hash, record)`` pairs from the completed bundles, sorted."""
-    records: list[tuple[bytes, bytes]] = []
+    spill_dir: str,
+    bundles: list[str],
+    split: str,
+    split_index: int,
+    index: int,
+    num_shards: int,
+    buckets: int,
+) -> Records:
+    """Shard ``index``'s records from the completed bundles (unsorted).
+
+    Args:
+        spill_dir: The spill folder.
+        bundles: The completed bundles' ids.
+        split: The split's name (its folder).
+        split_index: The split's index among the step's splits (the records' ``split``).
+        index: The shard.
+        num_shards: The split's shard count.
+        buckets: The spill's bucket count.
+
+    """
+    parts = []
     for bundle in bundles:
         for bucket in buckets_of_shard(index, num_shards, buckets):
             path = _path(spill_dir, bundle, split, bucket)
             if not os.path.exists(path):
                 continue
-            for digest, data in _entries(path):
-                if convert.shard_index(digest, num_shards) == index:
-                    records.append((digest, data))
-    records.sort()
-    return records
+            records = _entries(path, split_index)
+            counts = np.full(split_index + 1, num_shards, np.int64)
+            parts.append(records.take(np.flatnonzero(records.shard_of(counts) == index)))
+    return Records.concat(parts)
 
 
-def _entries(path: str) -> list[tuple[bytes, bytes]]:
-    """Every ``(hash, record)`` of one spill file (a bucket holds a fraction of one shard)."""
+def _entries(path: str, split_index: int) -> Records:
+    """Every record of one spill file (a bucket holds a fraction of one shard)."""
     with open(path, "rb") as fh:
-        buffer = fh.read()
-    out, at, size = [], 0, len(buffer)
-    unpack = _LENGTH.unpack_from
-    while at < size:
-        (length,) = unpack(buffer, at) if at + _HEADER <= size else (-1,)
-        start = at + _HEADER
-        if length < 0 or start + length > size:
-            raise RuntimeError(f"spill file {path} ends inside an entry at byte {at}")
-        out.append((buffer[at + _LENGTH.size : start], buffer[start : start + length]))
-        at = start + length
-    return out
+        buffer = np.frombuffer(fh.read(), np.uint8)
+    starts, lengths, truncated = kernels.parse_spill(buffer)
+    if truncated >= 0:
+        raise RuntimeError(f"spill file {path} ends inside an entry at byte {truncated}")
+    offsets, data = kernels.gather_spans(
+        buffer, starts, starts + lengths, np.ones(len(starts), bool)
+    )
+    digests = buffer[(starts - _DIGEST)[:, None] + np.arange(_DIGEST)]
+    return Records(np.full(len(starts), split_index, np.uint8), digests, offsets, data)

@@ -111,6 +111,9 @@ class ShardConfig:
             Dataflow's, Flink's...) or ``auto`` (disk when the runner's workers run on this
             machine, see :mod:`.runner`; beam otherwise).
             The shards are byte-identical either way.
+        columnar: Convert CSV/TSV, JSON lines and Parquet in Arrow batches with compiled loops
+            (the same records, byte for byte, as converting them row by row); False converts
+            every row in Python, as images and text always are.
         beam_args: Extra Beam pipeline options (``--runner DataflowRunner ...``). No runner
             runs on the in-process FnApiRunner, or on Prism with ``--prism_location PATH``
             (:func:`.runner.runner_args`).
@@ -139,6 +142,7 @@ class ShardConfig:
     max_bad_fraction: float = 0.01
     overwrite: bool = False
     shuffle: str = "auto"
+    columnar: bool = True
     beam_args: Sequence[str] = ()
 
     def uses_disk_shuffle(self) -> bool:
@@ -404,6 +408,7 @@ def _run_pipeline(config: ShardConfig, job: _ShardJob) -> dict[str, Any]:
             temp_dir=job.temp_dir,
             gzip=config.gzip,
             spill=job.spill,
+            batches=config.columnar,
         )
     )
     result = pipeline.run()

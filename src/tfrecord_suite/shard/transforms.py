@@ -7,9 +7,10 @@ Shape of the graph::
                                 +-stats------> MergeStats
                                 +-dead_letter-> CollectDeadLetters
 
-Records travel in chunks (lists of a few thousand serialized examples) rather than one element
-each, so the runner's per-element overhead is paid per chunk; only the shard writer touches
-records one by one. There is no global shuffle: the hash of each record's key picks its split and
+Records travel as columns (:class:`~tfrecord_suite.shard.records.Records`: thousands of
+serialized examples with their splits and key hashes in numpy arrays) rather than one element
+each, so the runner's per-element overhead is paid per batch, and grouping, sorting and framing
+run in compiled loops. There is no global shuffle: the hash of each record's key picks its split and
 shard, and each shard sorts its records by that hash, which makes the output identical byte for
 byte for identical input on any runner.
 """
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -30,18 +32,20 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from tfrecord_suite.io import framing, naming
+from tfrecord_suite.io import naming
 from tfrecord_suite.schema import Schema
-from tfrecord_suite.shard import convert, plan
+from tfrecord_suite.shard import columnar, convert, plan
 from tfrecord_suite.shard import ranges as file_ranges
+from tfrecord_suite.shard.records import Records
 from tfrecord_suite.shard.sources import FileRange, ReadOptions, read_rows
 from tfrecord_suite.shard.spill import SpillWriter, read_shard
 
 NAMESPACE = "tfrecord_suite.shard"
-CHUNK_RECORDS = 2048
+#: The conversion paths (:mod:`.columnar`), as the counters name them.
+PATHS = ("batch", "row")
+#: Records framed per write of a shard file.
+WRITE_RECORDS = 65536
 _LOG = logging.getLogger(__name__)
-
-Chunk = list[tuple[str, bytes, bytes]]  # (split, digest, serialized example)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +63,11 @@ class Spill:
 
 
 class _ReadConvertFn(beam.DoFn):
-    """Reads one input file and emits chunks of converted records, stats and dead letters."""
+    """Reads one file range and emits its records, stats and dead letters.
+
+    CSV/TSV, JSON lines and Parquet take the batch path (:class:`columnar.BatchPath`), which
+    hands the rows it cannot vouch for to the row path; images and text take the row path.
+    """
 
     def __init__(
         self,
@@ -69,6 +77,7 @@ class _ReadConvertFn(beam.DoFn):
         key_column: str | None,
         image: convert.ImageOptions,
         spill: Spill | None = None,
+        batches: bool = True,
     ):
         self._schema_json = schema_json
         self._read = read
@@ -76,22 +85,31 @@ class _ReadConvertFn(beam.DoFn):
         self._key_column = key_column
         self._image = image
         self._spill = spill
+        self._use_batches = batches
         self._writer: SpillWriter | None = None
         self.ranges = Metrics.counter(NAMESPACE, "ranges_read")
         self.rows = Metrics.counter(NAMESPACE, "rows_read")
         self.good = Metrics.counter(NAMESPACE, "records_converted")
         self.bad = Metrics.counter(NAMESPACE, "bad_rows")
         self.sizes = Metrics.distribution(NAMESPACE, "record_bytes")
+        # rows and batches each path took: a batch is one Arrow batch the compiled loops
+        # converted, or one run of rows the row path converted
+        self.path_rows = {p: Metrics.counter(NAMESPACE, f"{p}_path_rows") for p in PATHS}
+        self.path_batches = {p: Metrics.counter(NAMESPACE, f"{p}_path_batches") for p in PATHS}
 
     def setup(self) -> None:
-        self._schema = Schema.from_json(self._schema_json)
-        self._converter = convert.RowConverter(
-            self._schema, convert.SplitSpec.parse(self._splits), self._key_column, self._image
-        )
+        schema = Schema.from_json(self._schema_json)
+        self._split_spec = convert.SplitSpec.parse(self._splits)
+        self._row_path = columnar.RowPath(schema, self._split_spec, self._key_column, self._image)
+        self._batch_path = None
+        if self._use_batches and columnar.BatchPath.takes(self._read):
+            self._batch_path = columnar.BatchPath(
+                schema, self._split_spec, self._key_column, self._read, self._row_path
+            )
 
     def start_bundle(self) -> None:
         if self._spill is not None:
-            self._writer = SpillWriter(self._spill.dir, self._spill.buckets)
+            self._writer = SpillWriter(self._spill.dir, self._spill.buckets, self._split_spec.names)
 
     def finish_bundle(self) -> Iterator[Any]:
         if self._writer is not None and self._writer.sizes:
@@ -108,62 +126,34 @@ class _ReadConvertFn(beam.DoFn):
         self._writer = None
 
     def process(self, part: FileRange) -> Iterator[Any]:
-        stats: dict[str, dict[str, Any]] = {}
-        pending: list[convert.Converted] = []
         self.ranges.inc()
-        rows = 0
-        for row in read_rows(part.uri, self._read, part=part):
-            rows += 1
-            try:
-                rec = self._converter.convert(row)
-            except convert.RowError as exc:
-                self.bad.inc()
-                yield beam.pvalue.TaggedOutput(
-                    "dead_letter",
-                    {
-                        "file": row.file,
-                        "row": row.row,
-                        "field": exc.field,
-                        "reason": exc.reason,
-                        "raw": row.raw if row.raw is not None else _printable(row.values),
-                    },
-                )
+        if self._batch_path is not None:
+            pieces = self._batch_path.convert(part)
+        else:
+            pieces = self._row_path.convert(read_rows(part.uri, self._read, part=part))
+        stats: dict[str, dict[str, Any]] = {}
+        letters: list[dict[str, Any]] = []
+        for piece in pieces:
+            self.rows.inc(piece.rows)
+            self.path_rows[piece.path].inc(piece.rows)
+            self.path_batches[piece.path].inc()
+            self.bad.inc(len(piece.dead_letters))
+            letters += piece.dead_letters
+            for split, s in piece.stats.items():
+                stats[split] = convert.merge_stats(stats[split], s) if split in stats else s
+            records = piece.records
+            if not len(records):
                 continue
-            pending.append(rec)
-            if len(pending) >= CHUNK_RECORDS:
-                yield from self._flush(pending, stats)
-                pending = []
-        if pending:
-            yield from self._flush(pending, stats)
-        self.rows.inc(rows)
+            self.good.inc(len(records))
+            self.sizes.update(int(records.offsets[-1]) // len(records))
+            if self._writer is not None:
+                self._writer.add(records)
+            else:
+                yield records
+        # in the order of the rows, as the range holds them
+        for letter in sorted(letters, key=lambda d: d["row"]):
+            yield beam.pvalue.TaggedOutput("dead_letter", letter)
         yield beam.pvalue.TaggedOutput("stats", stats)
-
-    def _flush(self, pending: list[convert.Converted], stats: dict[str, Any]) -> Iterator[Chunk]:
-        by_split: dict[str, list[convert.Converted]] = {}
-        for rec in pending:
-            by_split.setdefault(rec.split, []).append(rec)
-        for split, recs in by_split.items():
-            if split not in stats:
-                stats[split] = convert.new_split_stats()
-            convert.update_stats_batch(stats[split], self._schema, recs)
-        self.good.inc(len(pending))
-        self.sizes.update(sum(len(r.data) for r in pending) // len(pending))
-        if self._writer is not None:
-            for r in pending:
-                self._writer.add(r.split, r.digest, r.data)
-        else:
-            yield [(r.split, r.digest, r.data) for r in pending]
-
-
-def _printable(values: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in values.items():
-        if isinstance(v, bytes):
-            out[k] = f"<{len(v)} bytes>"
-        else:
-            text = str(v)
-            out[k] = text if len(text) <= 500 else text[:500] + "..."
-    return out
 
 
 class ListInputs(beam.PTransform):
@@ -240,10 +230,11 @@ class SplitFiles(beam.PTransform):
 
 
 class ReadAndConvert(beam.PTransform):
-    """File ranges -> tagged outputs ``records`` (chunks), ``stats`` and ``dead_letter``.
+    """File ranges -> tagged outputs ``records`` (:class:`Records`), ``stats``, ``dead_letter``.
 
     With a :class:`Spill`, records go to bucket files on local disk instead of ``records``, and
     each completed bundle is announced on ``spilled`` with the sizes it wrote per split.
+    ``batches`` False converts every row on the row path (:mod:`.columnar`).
     """
 
     def __init__(
@@ -254,9 +245,12 @@ class ReadAndConvert(beam.PTransform):
         key_column: str | None,
         image: convert.ImageOptions,
         spill: Spill | None = None,
+        batches: bool = True,
     ):
         super().__init__()
-        self._fn = _ReadConvertFn(schema.to_json(), read, str(splits), key_column, image, spill)
+        self._fn = _ReadConvertFn(
+            schema.to_json(), read, str(splits), key_column, image, spill, batches
+        )
 
     def expand(self, ranges: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (
@@ -265,16 +259,6 @@ class ReadAndConvert(beam.PTransform):
             | "ReadConvert"
             >> beam.ParDo(self._fn).with_outputs("stats", "dead_letter", "spilled", main="records")
         )
-
-
-def chunk_sizes(chunk: Chunk) -> dict[str, list[int]]:
-    """``split -> [records, record bytes]`` of one chunk."""
-    out: dict[str, list[int]] = {}
-    for split, _, data in chunk:
-        c = out.setdefault(split, [0, 0])
-        c[0] += 1
-        c[1] += len(data)
-    return out
 
 
 def merge_sizes(parts: Iterable[dict[str, list[int]]]) -> dict[str, list[int]]:
@@ -314,13 +298,14 @@ class PlanShards(beam.PTransform):
 
 
 def _assign(
-    chunk: Chunk, shard_plan: dict[str, dict[str, Any]]
-) -> Iterator[tuple[tuple[str, int], list]]:
-    groups: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
-    for split, digest, data in chunk:
-        key = (split, convert.shard_index(digest, shard_plan[split]["num_shards"]))
-        groups.setdefault(key, []).append((digest, data))
-    yield from groups.items()
+    records: Records, shard_plan: dict[str, dict[str, Any]], names: tuple[str, ...]
+) -> Iterator[tuple[tuple[str, int], Records]]:
+    """The records of each shard they fall in, keyed by ``(split, shard index)``."""
+    counts = np.array([shard_plan[name]["num_shards"] for name in names], np.int64)
+    shards = records.shard_of(counts)
+    width = int(counts.max())
+    for key, group in records.groups(records.split.astype(np.int64) * width + shards):
+        yield (names[key // width], key % width), group
 
 
 class _ShardFileWriter(beam.DoFn):
@@ -333,23 +318,20 @@ class _ShardFileWriter(beam.DoFn):
         self.shards = Metrics.counter(NAMESPACE, "shards_written")
         self.bytes = Metrics.counter(NAMESPACE, "record_bytes_written")
 
-    def write(
-        self, split: str, index: int, count: int, records: list[tuple[bytes, bytes]]
-    ) -> dict[str, Any]:
+    def write(self, split: str, index: int, count: int, records: Records) -> dict[str, Any]:
+        """Write one shard: its records sorted by key hash (then bytes), framed."""
         name = naming.shard_name(split, index, count, self._gzip)
         path = FileSystems.join(self._temp_dir, name)
-        payload_bytes = sum(len(data) for _, data in records)
+        payload_bytes = int(records.lengths().sum())
+        order = records.sort_order()
         compression = CompressionTypes.GZIP if self._gzip else CompressionTypes.UNCOMPRESSED
-        # framed here (C CRC32C): the shard workers never import TensorFlow, which costs each
-        # worker process seconds and hundreds of MB
+        # framed here (compiled CRC32C): the shard workers never import TensorFlow, which costs
+        # each worker process seconds and hundreds of MB
         with FileSystems.create(
             path, mime_type="application/octet-stream", compression_type=compression
         ) as fh:
-            # one write per batch of framed records: a call per record costs more than framing
-            for i in range(0, len(records), CHUNK_RECORDS):
-                fh.write(
-                    b"".join([framing.encode(data) for _, data in records[i : i + CHUNK_RECORDS]])
-                )
+            for i in range(0, len(records), WRITE_RECORDS):
+                fh.write(records.framed(order[i : i + WRITE_RECORDS]))
         self.written.inc(len(records))
         self.shards.inc()
         self.bytes.inc(payload_bytes)
@@ -367,19 +349,20 @@ class _WriteShardFn(_ShardFileWriter):
     """A shard from Beam's shuffle: its record groups, sorted by record hash."""
 
     def process(
-        self, element: tuple[tuple[str, int], Iterable[list]], shard_plan: dict
+        self, element: tuple[tuple[str, int], Iterable[Records]], shard_plan: dict
     ) -> Iterator[dict]:
         (split, index), groups = element
-        records = sorted(r for group in groups for r in group)
+        records = Records.concat(groups)
         yield self.write(split, index, shard_plan[split]["num_shards"], records)
 
 
 class _WriteSpilledShardFn(_ShardFileWriter):
     """A shard from the disk-backed shuffle: read from the buckets it overlaps, then sorted."""
 
-    def __init__(self, spill: Spill, temp_dir: str, gzip: bool):
+    def __init__(self, spill: Spill, temp_dir: str, gzip: bool, names: tuple[str, ...]):
         super().__init__(temp_dir, gzip)
         self._spill = spill
+        self._names = names
 
     def process(
         self, element: tuple[str, int], shard_plan: dict, bundles: list[dict]
@@ -387,18 +370,21 @@ class _WriteSpilledShardFn(_ShardFileWriter):
         split, index = element
         count = shard_plan[split]["num_shards"]
         ids = sorted(b["bundle"] for b in bundles)
-        records = read_shard(self._spill.dir, ids, split, index, count, self._spill.buckets)
+        records = read_shard(
+            self._spill.dir, ids, split, self._names.index(split), index, count, self._spill.buckets
+        )
         yield self.write(split, index, count, records)
 
 
 class WriteSpilledShards(beam.PTransform):
     """Plan + completed spill bundles -> shard files under ``temp_dir``; one dict per shard."""
 
-    def __init__(self, spill: Spill, temp_dir: str, gzip: bool):
+    def __init__(self, spill: Spill, temp_dir: str, gzip: bool, names: tuple[str, ...]):
         super().__init__()
         self._spill = spill
         self._temp_dir = temp_dir
         self._gzip = gzip
+        self._names = names
 
     def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]) -> beam.PCollection:
         shard_plan, spilled = inputs
@@ -411,7 +397,7 @@ class WriteSpilledShards(beam.PTransform):
             | "SpreadShards" >> beam.Reshuffle()
             | "WriteShard"
             >> beam.ParDo(
-                _WriteSpilledShardFn(self._spill, self._temp_dir, self._gzip),
+                _WriteSpilledShardFn(self._spill, self._temp_dir, self._gzip, self._names),
                 beam.pvalue.AsSingleton(shard_plan),
                 beam.pvalue.AsList(spilled),
             )
@@ -419,19 +405,20 @@ class WriteSpilledShards(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """Record chunks + plan -> shard files under ``temp_dir``; outputs one dict per shard."""
+    """Records + plan -> shard files under ``temp_dir``; outputs one dict per shard."""
 
-    def __init__(self, temp_dir: str, gzip: bool):
+    def __init__(self, temp_dir: str, gzip: bool, names: tuple[str, ...]):
         super().__init__()
         self._temp_dir = temp_dir
         self._gzip = gzip
+        self._names = names
 
     def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]) -> beam.PCollection:
-        chunks, shard_plan = inputs
+        records, shard_plan = inputs
         side = beam.pvalue.AsSingleton(shard_plan)
         return (
-            chunks
-            | "AssignShards" >> beam.FlatMap(_assign, side)
+            records
+            | "AssignShards" >> beam.FlatMap(_assign, side, self._names)
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(_WriteShardFn(self._temp_dir, self._gzip), side)
         )
@@ -490,16 +477,18 @@ class ShardToTFRecords(beam.PTransform):
         temp_dir: str,
         gzip: bool,
         spill: Spill | None = None,
+        batches: bool = True,
     ):
         super().__init__()
         self._split_files = SplitFiles(read)
-        self._read_convert = ReadAndConvert(schema, read, splits, key_column, image, spill)
+        self._read_convert = ReadAndConvert(schema, read, splits, key_column, image, spill, batches)
         self._plan = PlanShards(plan_config, splits.names)
         self._spill = spill
+        self._names = splits.names
         self._write = (
-            WriteShards(temp_dir, gzip)
+            WriteShards(temp_dir, gzip, splits.names)
             if spill is None
-            else WriteSpilledShards(spill, temp_dir, gzip)
+            else WriteSpilledShards(spill, temp_dir, gzip, splits.names)
         )
         self._temp_dir = temp_dir
 
@@ -507,11 +496,14 @@ class ShardToTFRecords(beam.PTransform):
         ranges = files | "SplitFiles" >> self._split_files
         outputs = ranges | "ReadAndConvert" >> self._read_convert
         if self._spill is None:
-            chunks = outputs.records
+            records = outputs.records
+            names = self._names
             shard_plan = (
-                chunks | "MeasureChunks" >> beam.Map(chunk_sizes) | "PlanShards" >> self._plan
+                records
+                | "MeasureRecords" >> beam.Map(lambda r: r.sizes(names))
+                | "PlanShards" >> self._plan
             )
-            shards = (chunks, shard_plan) | "WriteShards" >> self._write
+            shards = (records, shard_plan) | "WriteShards" >> self._write
         else:
             spilled = outputs.spilled
             sizes = spilled | "SpilledSizes" >> beam.Map(lambda b: b["sizes"])
