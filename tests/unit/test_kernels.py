@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 from tfrecord_suite.io import framing
 from tfrecord_suite.schema import DEFAULT_NA_VALUES, parse_scalar
 from tfrecord_suite.shard import convert, kernels
+from tfrecord_suite.shard.kernels import keys as key_loops
+from tfrecord_suite.shard.kernels import records as record_loops
+from tfrecord_suite.shard.kernels import text as text_loops
 from tfrecord_suite.shard.records import Records
 
 
@@ -33,7 +36,7 @@ def texts(offsets: np.ndarray, data: np.ndarray) -> list[str]:
 def test_blake2b_is_hashlibs_on_every_length_around_its_blocks():
     rng = random.Random(1)
     keys = [rng.randbytes(n) for n in (*range(0, 300), 383, 384, 385, 1000, 4096)]
-    digests = kernels.blake2b_16(*packed(keys))
+    digests = key_loops.blake2b_16(*packed(keys))
     assert [bytes(d) for d in digests] == [
         hashlib.blake2b(k, digest_size=16).digest() for k in keys
     ]
@@ -42,13 +45,13 @@ def test_blake2b_is_hashlibs_on_every_length_around_its_blocks():
 def test_splits_and_shards_are_the_python_rules():
     rng = random.Random(2)
     digests = np.frombuffer(rng.randbytes(16 * 5000), np.uint8).reshape(-1, 16)
-    high, low = kernels.digest_words(digests)
+    high, low = key_loops.digest_words(digests)
     for spec in ("train=1", "train=80,validation=10,test=10", "a=1,b=2,c=3,d=7"):
         splits = convert.SplitSpec.parse(spec)
-        got = kernels.assign_splits(high, np.cumsum(splits.weights))
+        got = key_loops.assign_splits(high, np.cumsum(splits.weights))
         assert [splits.names[s] for s in got] == [splits.assign(bytes(d)) for d in digests]
     for count in (1, 2, 3, 10, 1023, 2**31 - 1, 2**32 - 1):
-        got = kernels.shard_indices(low, count)
+        got = key_loops.shard_indices(low, count)
         assert got.tolist() == [convert.shard_index(bytes(d), count) for d in digests]
 
 
@@ -57,10 +60,10 @@ def test_framing_and_crc32c_are_tensorflows():
     records = [rng.randbytes(rng.randrange(0, 3000)) for _ in range(500)]
     offsets, data = packed(records)
     order = np.array(rng.sample(range(500), 500), np.int64)
-    framed = kernels.frame_records(offsets, data, order).tobytes()
+    framed = record_loops.frame_records(offsets, data, order).tobytes()
     assert framed == b"".join(framing.encode(records[i]) for i in order)
     assert all(
-        kernels.crc32c(np.frombuffer(r, np.uint8)) == google_crc32c.value(r) for r in records
+        record_loops.crc32c(np.frombuffer(r, np.uint8)) == google_crc32c.value(r) for r in records
     )
 
 
@@ -70,7 +73,7 @@ def _printed(values: np.ndarray) -> list[str]:
     _, offsets, data = printed.buffers()
     offsets = np.frombuffer(offsets, np.int64)[: len(values) + 1]
     data = np.frombuffer(data, np.uint8)
-    out = kernels.python_float_text(data, offsets[:-1], offsets[1:], np.ones(len(values), bool))
+    out = text_loops.python_float_text(data, offsets[:-1], offsets[1:], np.ones(len(values), bool))
     return texts(*out)
 
 
@@ -118,11 +121,11 @@ DECIMALS = st.builds(
 @given(DECIMALS)
 def test_a_plain_decimal_parses_and_prints_as_python_does(text):
     data = np.frombuffer(text.encode(), np.uint8)
-    assert kernels._is_decimal(data, 0, len(data))
-    exact, value = kernels._exact_decimal(data, 0, len(data))
+    assert text_loops._is_decimal(data, 0, len(data))
+    exact, value = text_loops._exact_decimal(data, 0, len(data))
     if exact:
         assert value == float(text) and np.signbit(value) == np.signbit(float(text))
-        offsets, printed = kernels.python_float_text(
+        offsets, printed = text_loops.python_float_text(
             data, np.array([0]), np.array([len(data)]), np.ones(1, bool)
         )
         assert texts(offsets, printed) == [repr(float(text))]
@@ -135,7 +138,7 @@ def _classify(cells: list[str], kind: int):
     n = len(cells)
     out = [np.zeros(n, np.uint8), np.zeros(n, np.int64), np.zeros(n, np.int64)]
     ints, floats, exact = np.zeros(n, np.int64), np.zeros(n), np.zeros(n, bool)
-    kernels.classify_cells(
+    text_loops.classify_cells(
         offsets, data, np.ones(n, bool), kind, na_data, na_offsets, *out, ints, floats, exact
     )
     state, start, end = out
@@ -184,13 +187,14 @@ def test_json_keys_are_json_dumps():
     printed = [repr(f).encode() for f in floats]
     f_offsets, f_data = packed(printed)
     text = np.concatenate([data, f_data])
-    state = np.ones((3, n), np.uint8)
-    state[0, ::7] = kernels.MISSING
-    start = np.stack([np.zeros(n, np.int64), offsets[:-1], len(data) + f_offsets[:-1]])
-    end = np.stack([np.zeros(n, np.int64), offsets[1:], len(data) + f_offsets[1:]])
-    values = np.stack([np.array(ints, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)])
+    state = np.ones((n, 3), np.uint8)  # a row per record, a column per feature
+    state[::7, 0] = kernels.MISSING
+    zeros = np.zeros(n, np.int64)
+    start = np.stack([zeros, offsets[:-1], len(data) + f_offsets[:-1]], axis=1)
+    end = np.stack([zeros, offsets[1:], len(data) + f_offsets[1:]], axis=1)
+    values = np.stack([np.array(ints, np.int64), zeros, zeros], axis=1)
     kinds = np.array([kernels.INT, kernels.BYTES, kernels.FLOAT], np.int64)
-    keys = kernels.json_keys(np.arange(n), kinds, state, values, text, start, end)
+    keys = key_loops.json_keys(np.arange(n), kinds, state, values, text, start, end)
     expected = [
         json.dumps([None if i % 7 == 0 else ints[i], strings[i], floats[i]]) for i in range(n)
     ]
@@ -222,10 +226,10 @@ def test_examples_are_encode_examples(table):
     names, kinds, rows = table
     order = sorted(range(len(names)), key=lambda f: convert.map_order(names[f]))
     n = len(rows)
-    state = np.zeros((len(names), n), np.uint8)
-    values = np.zeros((len(names), n), np.int64)
-    start = np.zeros((len(names), n), np.int64)
-    end = np.zeros((len(names), n), np.int64)
+    state = np.zeros((n, len(names)), np.uint8)  # a row per record, a column per feature
+    values = np.zeros((n, len(names)), np.int64)
+    start = np.zeros((n, len(names)), np.int64)
+    end = np.zeros((n, len(names)), np.int64)
     pieces: list[bytes] = []
     at = 0
     for slot, f in enumerate(order):
@@ -233,18 +237,18 @@ def test_examples_are_encode_examples(table):
             v = row[f]
             if v is None:
                 continue
-            state[slot, i] = kernels.PRESENT
+            state[i, slot] = kernels.PRESENT
             if kinds[f] == kernels.INT:
-                values[slot, i] = v
+                values[i, slot] = v
             elif kinds[f] == kernels.FLOAT:
-                values[slot, i] = np.float32(v).view(np.uint32)
+                values[i, slot] = np.float32(v).view(np.uint32)
             else:
                 raw = v.encode()
                 pieces.append(raw)
-                start[slot, i], end[slot, i] = at, at + len(raw)
+                start[i, slot], end[i, slot] = at, at + len(raw)
                 at += len(raw)
     name_offsets, name_data = packed([convert.map_key(names[f]) for f in order])
-    offsets, data = kernels.encode_examples(
+    offsets, data = record_loops.encode_examples(
         np.arange(n),
         np.array([kinds[f] for f in order], np.int64),
         state,

@@ -36,7 +36,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tfrecord_suite.io import storage
-from tfrecord_suite.shard import kernels, sources
+from tfrecord_suite.shard import sources
+from tfrecord_suite.shard.kernels import text as text_loops
 from tfrecord_suite.shard.sources import FileRange, ReadOptions
 
 #: A file is cut about every this many bytes (at most :data:`MAX_RANGES` ranges): small enough
@@ -151,7 +152,7 @@ def probe_cut(cut: Cut, options: ReadOptions) -> Probe:
             return Probe(cut, line_start, end, _count_lines(fh, line_start, end))
         fh.seek(line_start)
         data = np.frombuffer(fh.read() if end is None else fh.read(end - line_start), np.uint8)
-        starts = kernels.line_starts(data)
+        starts = text_loops.line_starts(data)
         lines = len(starts) - 1
         if lines == 0:
             return Probe(cut, line_start, end, 0)
@@ -185,7 +186,7 @@ def _plain_readings(
     so the reading is the lines themselves: no line is read in Python. None where a line has
     an odd number of quotes, or the file's first line is not plainly its header.
     """
-    kinds = kernels.quote_parity(data, starts)
+    kinds = text_loops.quote_parity(data, starts)
     if (kinds == 2).any():
         return None
     records = np.flatnonzero(kinds)

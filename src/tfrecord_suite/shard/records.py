@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from tfrecord_suite.shard import kernels
+from tfrecord_suite.shard.kernels import keys as key_loops
+from tfrecord_suite.shard.kernels import records as record_loops
 
 #: At most this many splits (a split is one byte per record).
 MAX_SPLITS = 255
@@ -90,7 +91,7 @@ class Records:
     def take(self, indices: np.ndarray) -> Records:
         """The records ``indices`` names, in that order."""
         indices = np.asarray(indices, np.int64)
-        offsets, data = kernels.take_records(self.offsets, self.data, indices)
+        offsets, data = record_loops.take_records(self.offsets, self.data, indices)
         return Records(self.split[indices], self.digest[indices], offsets, data)
 
     def record(self, i: int) -> bytes:
@@ -116,11 +117,11 @@ class Records:
 
         :func:`tfrecord_suite.shard.convert.shard_index`: a range of hash bytes 8-15.
         """
-        _, low = kernels.digest_words(self.digest)
+        _, low = key_loops.digest_words(self.digest)
         out = np.empty(len(self), np.int64)
         for s in np.unique(self.split):
             mine = self.split == s
-            out[mine] = kernels.shard_indices(low[mine], int(counts[s]))
+            out[mine] = key_loops.shard_indices(low[mine], int(counts[s]))
         return out
 
     def groups(self, keys: np.ndarray) -> Iterable[tuple[int, Records]]:
@@ -138,17 +139,17 @@ class Records:
         Records with the same hash (duplicate rows, or rows with the same key column value)
         are ordered by their bytes.
         """
-        high, low = kernels.digest_words(self.digest)
+        high, low = key_loops.digest_words(self.digest)
         order = np.lexsort((low, high))
-        kernels.sort_ties(order, high, low, self.offsets, self.data)
+        record_loops.sort_ties(order, high, low, self.offsets, self.data)
         return order
 
-    def framed(self, order: np.ndarray | None = None) -> bytes:
+    def framed(self, order: np.ndarray | None = None) -> memoryview:
         """The records (in ``order``, else as they are) framed as a TFRecord file's bytes."""
         if order is None:
             order = np.arange(len(self), dtype=np.int64)
-        return kernels.frame_records(self.offsets, self.data, order).tobytes()
+        return memoryview(record_loops.frame_records(self.offsets, self.data, order))
 
-    def spilled(self, order: np.ndarray) -> bytes:
+    def spilled(self, order: np.ndarray) -> memoryview:
         """The records ``order`` names as spill entries (:mod:`tfrecord_suite.shard.spill`)."""
-        return kernels.spill_entries(self.offsets, self.data, self.digest, order).tobytes()
+        return memoryview(record_loops.spill_entries(self.offsets, self.data, self.digest, order))

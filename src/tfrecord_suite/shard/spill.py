@@ -26,7 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrecord_suite.shard import convert, kernels
+from tfrecord_suite.shard import convert
+from tfrecord_suite.shard.kernels import records as record_loops
+from tfrecord_suite.shard.kernels import text as text_loops
 from tfrecord_suite.shard.records import Records
 
 #: Bytes of converted records buffered in memory by one writer before they are appended to disk.
@@ -153,10 +155,10 @@ def _entries(path: str, split_index: int) -> Records:
     """Every record of one spill file (a bucket holds a fraction of one shard)."""
     with open(path, "rb") as fh:
         buffer = np.frombuffer(fh.read(), np.uint8)
-    starts, lengths, truncated = kernels.parse_spill(buffer)
+    starts, lengths, truncated = record_loops.parse_spill(buffer)
     if truncated >= 0:
         raise RuntimeError(f"spill file {path} ends inside an entry at byte {truncated}")
-    offsets, data = kernels.gather_spans(
+    offsets, data = text_loops.gather_spans(
         buffer, starts, starts + lengths, np.ones(len(starts), bool)
     )
     digests = buffer[(starts - _DIGEST)[:, None] + np.arange(_DIGEST)]

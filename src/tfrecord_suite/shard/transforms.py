@@ -34,14 +34,14 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from tfrecord_suite.io import naming
 from tfrecord_suite.schema import Schema
-from tfrecord_suite.shard import columnar, convert, plan
+from tfrecord_suite.shard import convert, plan, read_convert
 from tfrecord_suite.shard import ranges as file_ranges
 from tfrecord_suite.shard.records import Records
 from tfrecord_suite.shard.sources import FileRange, ReadOptions, read_rows
 from tfrecord_suite.shard.spill import SpillWriter, read_shard
 
 NAMESPACE = "tfrecord_suite.shard"
-#: The conversion paths (:mod:`.columnar`), as the counters name them.
+#: The conversion paths (:mod:`.read_convert`), as the counters name them.
 PATHS = ("batch", "row")
 #: Records framed per write of a shard file.
 WRITE_RECORDS = 65536
@@ -65,7 +65,7 @@ class Spill:
 class _ReadConvertFn(beam.DoFn):
     """Reads one file range and emits its records, stats and dead letters.
 
-    CSV/TSV, JSON lines and Parquet take the batch path (:class:`columnar.BatchPath`), which
+    CSV/TSV, JSON lines and Parquet take the batch path (:class:`read_convert.BatchPath`), which
     hands the rows it cannot vouch for to the row path; images and text take the row path.
     """
 
@@ -100,10 +100,12 @@ class _ReadConvertFn(beam.DoFn):
     def setup(self) -> None:
         schema = Schema.from_json(self._schema_json)
         self._split_spec = convert.SplitSpec.parse(self._splits)
-        self._row_path = columnar.RowPath(schema, self._split_spec, self._key_column, self._image)
+        self._row_path = read_convert.RowPath(
+            schema, self._split_spec, self._key_column, self._image
+        )
         self._batch_path = None
-        if self._use_batches and columnar.BatchPath.takes(self._read):
-            self._batch_path = columnar.BatchPath(
+        if self._use_batches and read_convert.BatchPath.takes(self._read):
+            self._batch_path = read_convert.BatchPath(
                 schema, self._split_spec, self._key_column, self._read, self._row_path
             )
 
@@ -234,7 +236,7 @@ class ReadAndConvert(beam.PTransform):
 
     With a :class:`Spill`, records go to bucket files on local disk instead of ``records``, and
     each completed bundle is announced on ``spilled`` with the sizes it wrote per split.
-    ``batches`` False converts every row on the row path (:mod:`.columnar`).
+    ``batches`` False converts every row on the row path (:mod:`.read_convert`).
     """
 
     def __init__(

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfrecord_suite.schema import Feature, Schema
-from tfrecord_suite.shard import columnar, convert, ranges, sources
+from tfrecord_suite.shard import convert, ranges, read_convert, sources
 from tfrecord_suite.shard.records import Records
 
 SPLITS = convert.SplitSpec.parse("train=70,validation=20,test=10")
@@ -167,12 +167,12 @@ def assert_same_stats(row, batch):
 
 def both_paths(path, fmt, schema, *, key_column=None, range_bytes=None, **read):
     options = sources.ReadOptions(format=fmt, **read)
-    assert columnar.BatchPath.takes(options)
+    assert read_convert.BatchPath.takes(options)
     files = sources.resolve_inputs(path)
     parts = [p for f in files for p in ranges.split_file(f, options, range_bytes)]
-    row_path = columnar.RowPath(schema, SPLITS, key_column)
-    batch_path = columnar.BatchPath(
-        schema, SPLITS, key_column, options, columnar.RowPath(schema, SPLITS, key_column)
+    row_path = read_convert.RowPath(schema, SPLITS, key_column)
+    batch_path = read_convert.BatchPath(
+        schema, SPLITS, key_column, options, read_convert.RowPath(schema, SPLITS, key_column)
     )
     rows = collect(
         piece
@@ -308,7 +308,7 @@ BROKEN_JSON = [
 
 def write_jsonl(path, rng: random.Random, n: int, odd_share: float = 0.005) -> str:
     lines = []
-    for i in range(n):
+    for _ in range(n):
         row = {}
         for key in ("id", "x", "s", "sparse", "c", "label"):
             r = rng.random()
