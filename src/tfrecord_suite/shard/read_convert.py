@@ -9,11 +9,12 @@ Two paths give the same records, byte for byte, in the same splits:
   are read once; a compiled scan (:mod:`.kernels.text`) finds the lines that Arrow's readers
   parse exactly as the row path's parser does; Arrow parses them in one call; and
   :class:`~.batch_convert.BatchConverter` types the cells and computes the split keys, their
-  hashes, the splits and the serialized examples for the whole batch. Everything the batch path cannot vouch
-  for goes to the row path, with the row path's own reading of those lines: a bad row (its dead
-  letter, line number and reason as the row path gives them), an odd spelling of a value, a
-  quoted field that spans lines (read by the row path's record assembler until it reaches a
-  record start where the batch path can take over again), a BOM, bad bytes. Only those rows pay
+  hashes, the splits and the serialized examples for the whole batch. Everything the batch
+  path cannot vouch for goes to the row path, with the row path's own reading of those lines: a
+  bad row (its dead letter, line number and reason as the row path gives them), an odd spelling
+  of a value, a quoted field that spans lines (read by the row path's record assembler until it
+  reaches a record start where the batch path can take over again), a BOM, bad bytes. Only those
+  rows pay
   Python's price.
 
 Both yield :class:`Piece` objects: records as columns (:class:`~.records.Records`), the splits'
