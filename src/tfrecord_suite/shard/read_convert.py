@@ -14,8 +14,7 @@ Two paths give the same records, byte for byte, in the same splits:
   bad row (its dead letter, line number and reason as the row path gives them), an odd spelling
   of a value, a quoted field that spans lines (read by the row path's record assembler until it
   reaches a record start where the batch path can take over again), a BOM, bad bytes. Only those
-  rows pay
-  Python's price.
+  rows pay Python's price.
 
 Both yield :class:`Piece` objects: records as columns (:class:`~.records.Records`), the splits'
 statistics and the dead letters.
