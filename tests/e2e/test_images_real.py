@@ -92,6 +92,19 @@ def test_component_image_runs_as_10001_and_the_launcher_can_write(component_imag
     assert "Usage: tfrecord-suite" in _run(component_image)
 
 
+def test_the_shard_steps_compiled_loops_come_compiled_in_the_component_image(component_image):
+    """The image's build compiled them: the step's user loads each, compiling none again."""
+    out = _run(
+        component_image,
+        "sh",
+        "-ec",
+        "NUMBA_DEBUG_CACHE=1 python3 -m tfrecord_suite.shard.warm 2>&1",
+    )
+    loaded = [line for line in out.splitlines() if "data loaded from" in line]
+    assert loaded and "data saved" not in out and "index saved" not in out, out[-3000:]
+    assert all("/opt/tfrecord-suite/numba-cache/" in line for line in loaded)
+
+
 def test_whole_dag_runs_inside_the_component_image(engine, component_image, tmp_path, monkeypatch):
     from support import write_csv
 
