@@ -19,7 +19,7 @@ _LOG = logging.getLogger(__name__)
 TARGETS = (Target("shard/pandas_script peak memory", False, 1.5),)
 
 
-def _peak(command: list[str]) -> dict[str, float]:
+def peak(command: list[str]) -> dict[str, float]:
     """Run ``command`` in its own process; its seconds and peak resident memory (MB)."""
     code = (
         "import resource, subprocess, sys, time; t = time.perf_counter(); "
@@ -51,14 +51,14 @@ def memory_measurements(data_root: str, out_root: str, sizes_mb: list[int]) -> d
             folder = make_csv(os.path.join(data_root, f"memory-{mb}mb-{files}"), rows, files=files)
             key = f"{mb} MB CSV, {files} file{'s' if files > 1 else ''}"
             target = os.path.join(out_root, f"{mb}-{files}")
-            out[key] = {"shard": _peak([*cli, "--input", folder, "--output", target])}
+            out[key] = {"shard": peak([*cli, "--input", folder, "--output", target])}
             if files == 1:
                 csv_file = os.path.join(folder, "part-0.csv")
                 script = (
                     "import sys; from benchmarks.write import pandas_script; "
                     "pandas_script(sys.argv[1], sys.argv[2])"
                 )
-                out[key]["pandas_script"] = _peak(
+                out[key]["pandas_script"] = peak(
                     [sys.executable, "-c", script, csv_file, target + "-pandas"]
                 )
             _LOG.info("memory %s: %s", key, out[key])

@@ -250,15 +250,17 @@ def update_pages(results: dict[str, Any], root: str = ROOT) -> None:
 
 
 def chart(results: dict[str, Any], path: str) -> None:
-    """Bar charts of the read and write variants, relative to our reader / the plain writer."""
+    """Bar charts of the read and write variants, relative to our reader / the pandas script."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = [(f"read, {k} examples", r, "reader") for k, r in results.get("read", {}).items()]
-    if results.get("write"):
-        panels.append(("write (CSV -> TFRecord)", results["write"], "plain_writer"))
+    for key, title in (("write_real", "write, nycflights13 x4"), ("write", "write, generated")):
+        if results.get(key) and "pandas_script" in results[key]:
+            panels.append((f"{title} -> TFRecord", results[key], "pandas_script"))
+            break
     if not panels:
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)

