@@ -24,8 +24,8 @@ KINDS = ("numeric", "categorical", "text", "image", "image_raw", "meta")
 LABEL_NAME_CANDIDATES = ("label", "labels", "target", "class", "y", "species", "category")
 DEFAULT_NA_VALUES = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "?")
 _SAFE_NAME = re.compile(r"[^0-9A-Za-z_]")
-_MAX_CATEGORICAL_CARDINALITY = 1000
-_MAX_CATEGORICAL_LENGTH = 64
+MAX_CATEGORICAL_CARDINALITY = 1000
+MAX_CATEGORICAL_LENGTH = 64
 _NUMERIC_SHARE = 0.99
 
 
@@ -195,7 +195,8 @@ def parse_scalar(value: Any, na_values: Sequence[str] = DEFAULT_NA_VALUES) -> An
     return value
 
 
-def _is_int(v: Any) -> bool:
+def is_integer(v: Any) -> bool:
+    """Whether schema inference counts a present value as an integer (``int(str(v))`` reads it)."""
     if isinstance(v, bool):
         return True
     if isinstance(v, int):
@@ -209,7 +210,8 @@ def _is_int(v: Any) -> bool:
     return True
 
 
-def _is_float(v: Any) -> bool:
+def is_finite_number(v: Any) -> bool:
+    """Whether schema inference counts a present value as a number (a finite ``float(str(v))``)."""
     if isinstance(v, int | float):
         return True
     try:
@@ -217,6 +219,57 @@ def _is_float(v: Any) -> bool:
     except ValueError:
         return False
     return math.isfinite(f)
+
+
+@dataclasses.dataclass
+class ColumnSample:
+    """What schema inference needs of a column's sampled values (the present ones, in order).
+
+    Attributes:
+        present: Values present (not missing: not null, NaN or an NA string after stripping).
+        ints: ``int(v)`` of each value that is an integer (``is_integer``), in order.
+        floats: ``float(v)`` of each value that is a finite number (``is_finite_number``), in order.
+        texts: The distinct ``str(v)``, or None once there are more than
+            :data:`MAX_CATEGORICAL_CARDINALITY` of them.
+        short: Whether every ``str(v)`` is at most :data:`MAX_CATEGORICAL_LENGTH` characters.
+
+    """
+
+    present: int = 0
+    ints: list[int] = dataclasses.field(default_factory=list)
+    floats: list[float] = dataclasses.field(default_factory=list)
+    texts: set[str] | None = dataclasses.field(default_factory=set)
+    short: bool = True
+
+    def add(self, values: Iterable[Any]) -> None:
+        """Fold in present values (each already through :func:`parse_scalar`)."""
+        for v in values:
+            self.present += 1
+            if is_integer(v):
+                self.ints.append(int(v))
+            if is_finite_number(v):
+                self.floats.append(float(v))
+            text = str(v)
+            self.short = self.short and len(text) <= MAX_CATEGORICAL_LENGTH
+            self.add_texts([text])
+
+    def add_texts(self, texts: Iterable[str]) -> None:
+        """Fold in distinct texts (keeping none once there are too many)."""
+        if self.texts is not None:
+            self.texts.update(texts)
+            if len(self.texts) > MAX_CATEGORICAL_CARDINALITY:
+                self.texts = None
+
+    def extend(self, other: ColumnSample) -> None:
+        """Append another sample's values (the next file's)."""
+        self.present += other.present
+        self.ints += other.ints
+        self.floats += other.floats
+        self.short = self.short and other.short
+        if other.texts is None:
+            self.texts = None
+        else:
+            self.add_texts(other.texts)
 
 
 def infer_tabular_schema(
@@ -245,12 +298,30 @@ def infer_tabular_schema(
         SchemaError: If the label column does not exist or the columns clash after sanitising.
 
     """
-    values: dict[str, list[Any]] = {c: [] for c in columns}
+    samples = {c: ColumnSample() for c in columns}
     for row in rows:
         for c in columns:
             v = parse_scalar(row.get(c), na_values)
             if v is not None:
-                values[c].append(v)
+                samples[c].add([v])
+    return schema_of_samples(columns, samples, label, source_format)
+
+
+def schema_of_samples(
+    columns: Sequence[str],
+    samples: Mapping[str, ColumnSample],
+    label: str | None = None,
+    source_format: str = "csv",
+) -> Schema:
+    """The schema :func:`infer_tabular_schema` infers, from each column's sample.
+
+    The shard step's batch path samples the columns itself (:mod:`tfrecord_suite.shard.sample`)
+    and decides by this same rule.
+
+    Raises:
+        SchemaError: If the label column does not exist or the columns clash after sanitising.
+
+    """
     if label is not None and label not in columns:
         raise SchemaError(f"label column {label!r} not found; columns are {list(columns)}")
     if label is None:
@@ -259,22 +330,18 @@ def infer_tabular_schema(
 
     features = []
     for c in columns:
-        present = values[c]
-        ints = [int(v) for v in present if _is_int(v)]
-        floats = [float(v) for v in present if _is_float(v)]
-        if present and len(ints) >= _NUMERIC_SHARE * len(present) and len(ints) == len(floats):
+        sample = samples.get(c) or ColumnSample()
+        present, ints, floats = sample.present, sample.ints, sample.floats
+        if present and len(ints) >= _NUMERIC_SHARE * present and len(ints) == len(floats):
             dtype, kind = "int64", "numeric"
             default = round(sum(ints) / len(ints))
-        elif present and len(floats) >= _NUMERIC_SHARE * len(present):
+        elif present and len(floats) >= _NUMERIC_SHARE * present:
             dtype, kind = "float32", "numeric"
             default = float(sum(floats) / len(floats))
         else:
             dtype, default = "string", ""
-            distinct = {str(v) for v in present}
-            short = all(len(str(v)) <= _MAX_CATEGORICAL_LENGTH for v in present)
-            kind = (
-                "categorical" if short and len(distinct) <= _MAX_CATEGORICAL_CARDINALITY else "text"
-            )
+            short = sample.short and sample.texts is not None
+            kind = "categorical" if short else "text"
         name = safe_feature_name(c)
         features.append(
             Feature(
@@ -291,10 +358,9 @@ def infer_tabular_schema(
         label_feature = next(f for f in features if (f.source or f.name) == label)
         label_name = label_feature.name
         label_feature.kind = "categorical" if label_feature.dtype != "float32" else "numeric"
-        if label_feature.dtype == "string" or label_feature.dtype == "int64":
-            distinct = sorted({str(v) for v in values[label]}, key=_natural_key)
-            if len(distinct) <= _MAX_CATEGORICAL_CARDINALITY:
-                classes = distinct
+        texts = (samples.get(label) or ColumnSample()).texts
+        if label_feature.dtype in ("string", "int64") and texts is not None:
+            classes = sorted(texts, key=_natural_key)
     return Schema(features, label=label_name, label_classes=classes, source_format=source_format)
 
 

@@ -91,6 +91,74 @@ def _printable(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def plain_header(data: bytes, starts: np.ndarray, read: ReadOptions) -> list[str] | None:
+    """The header of a CSV file whose first line is a plain header; None otherwise.
+
+    Plain: not blank, no quote left open, decodable, not too long: the record the row path's
+    assembler takes as the header, and what :func:`sources.csv_header` reads as well.
+    """
+    if len(starts) < 2:
+        return None
+    line = data[: starts[1]]
+    if line.count(b'"') % 2 or len(line) > read.max_line_bytes:
+        return None
+    try:
+        text = line.decode(read.encoding)
+    except UnicodeDecodeError:
+        return None
+    if not text.strip():
+        return None
+    fields = sources.parse_record(text, sources.csv_delimiter(read))
+    if not fields or not any(f.strip() for f in fields):
+        return None
+    return [f.strip() for f in fields]
+
+
+def parse_plain_lines(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    lines: np.ndarray,
+    read: ReadOptions,
+    names: list[str],
+    include: list[str],
+) -> Any:
+    """Plain CSV lines (:func:`text_loops.scan_csv_lines`) parsed by Arrow, every column as text.
+
+    One row per line, the columns ``names`` (those in ``include`` read); None if Arrow refuses
+    them or reads another number of rows (then the row path reads them).
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    gathered = text_loops.gather_lines(buf, starts, lines.astype(np.int64))
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(gathered),
+            read_options=pacsv.ReadOptions(
+                column_names=names, use_threads=False, block_size=len(gathered) + 1
+            ),
+            parse_options=pacsv.ParseOptions(
+                delimiter=sources.csv_delimiter(read),
+                quote_char='"',
+                double_quote=True,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=True,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.large_string() for name in names},
+                include_columns=include,
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+                null_values=[],
+                check_utf8=False,
+            ),
+        )
+    except pa.ArrowInvalid:
+        return None
+    return table if table.num_rows == len(lines) else None
+
+
 class RowPath:
     """Converts raw rows one by one (:class:`~.convert.RowConverter`) into pieces."""
 
@@ -259,7 +327,7 @@ class BatchPath:
         first_line = 0
         held = [(part.start, data)]
         if part.start == 0:
-            header = self._header_line(data, starts)
+            header = plain_header(data, starts, self.read)
             if header is None:  # blank lines, a quote or bad bytes before the header
                 yield from self.rows.convert(sources.read_rows(part.uri, self.read, part=part))
                 return
@@ -310,10 +378,9 @@ class BatchPath:
         columns = {name: i for i, name in enumerate(header)}  # the last of repeated names
         needed = set(self._needed_columns(columns))
         if len(plain):
-            table = self._read_csv_lines(
-                buf, starts, plain, names, [names[i] for i in sorted(needed)]
-            )
-            if table is None or table.num_rows != len(plain):
+            include = [names[i] for i in sorted(needed)]
+            table = parse_plain_lines(buf, starts, plain, self.read, names, include)
+            if table is None:
                 row_lines += plain.tolist()
             else:
                 arrays = {
@@ -325,63 +392,6 @@ class BatchPath:
                 row_lines += plain[unusual].tolist()
         lines_rows = self._rows_of_lines(part, starts, sorted(row_lines), opener, header)
         yield from self.rows.convert(itertools.chain(region_rows, lines_rows))
-
-    def _header_line(self, data: bytes, starts: np.ndarray) -> list[str] | None:
-        """The header of a file whose first line is a plain header; None otherwise."""
-        if len(starts) < 2:
-            return None
-        line = data[: starts[1]]
-        if line.count(b'"') % 2 or len(line) > self.read.max_line_bytes:
-            return None
-        try:
-            text = line.decode(self.read.encoding)
-        except UnicodeDecodeError:
-            return None
-        if not text.strip():
-            return None
-        fields = sources.parse_record(text, sources.csv_delimiter(self.read))
-        if not fields or not any(f.strip() for f in fields):
-            return None
-        return [f.strip() for f in fields]
-
-    def _read_csv_lines(
-        self,
-        buf: np.ndarray,
-        starts: np.ndarray,
-        lines: np.ndarray,
-        names: list[str],
-        include: list[str],
-    ) -> Any:
-        """The given plain lines parsed by Arrow, every column as text; None if Arrow refuses."""
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-
-        gathered = text_loops.gather_lines(buf, starts, lines.astype(np.int64))
-        try:
-            return pacsv.read_csv(
-                pa.py_buffer(gathered),
-                read_options=pacsv.ReadOptions(
-                    column_names=names, use_threads=False, block_size=len(gathered) + 1
-                ),
-                parse_options=pacsv.ParseOptions(
-                    delimiter=sources.csv_delimiter(self.read),
-                    quote_char='"',
-                    double_quote=True,
-                    escape_char=False,
-                    newlines_in_values=False,
-                    ignore_empty_lines=True,
-                ),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={name: pa.large_string() for name in names},
-                    include_columns=include,
-                    strings_can_be_null=False,
-                    quoted_strings_can_be_null=False,
-                    null_values=[],
-                    check_utf8=False,
-                ),
-            )
-        except pa.ArrowInvalid:
-            return None
 
     def _needed_columns(self, columns: dict[str, int]) -> list[int]:
         sources_ = [f.source or f.name for f in self.schema.features]

@@ -25,7 +25,13 @@ from typing import Any
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
 from tfrecord_suite.markdown import code
-from tfrecord_suite.schema import Schema, SchemaError, _natural_key, infer_tabular_schema
+from tfrecord_suite.schema import (
+    Schema,
+    SchemaError,
+    _natural_key,
+    infer_tabular_schema,
+    schema_of_samples,
+)
 from tfrecord_suite.shard import convert, plan, quiet, sources
 from tfrecord_suite.shard.runner import (
     check_paths_reach_runner,
@@ -34,6 +40,7 @@ from tfrecord_suite.shard.runner import (
     runs_on_this_machine,
     where_workers_run,
 )
+from tfrecord_suite.shard.sample import sample_columns
 from tfrecord_suite.shard.summary import SUMMARY_FILE, ShardSummary
 
 _LOG = logging.getLogger(__name__)
@@ -238,6 +245,15 @@ def resolve_schema(config: ShardConfig, fmt: str, files: Sequence[storage.FileIn
             label = "label"
         return Schema(features, label=label, label_classes=classes, source_format="text")
     read = _read_options(config, fmt)
+    sampled = None
+    if config.columnar:
+        sampled = sample_columns(files[:SAMPLE_FILES], read, SAMPLE_ROWS)
+    if sampled is not None:
+        try:
+            return schema_of_samples(*sampled, label=config.label, source_format=fmt)
+        except SchemaError as exc:
+            raise ShardError(str(exc)) from None
+    # the row path's samples: JSON lines, and first rows the batch path would not read itself
     columns: list[str] = []
     sample: list[dict[str, Any]] = []
     for f in files[:SAMPLE_FILES]:
