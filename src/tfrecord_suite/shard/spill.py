@@ -28,7 +28,6 @@ import numpy as np
 
 from tfrecord_suite.shard import convert
 from tfrecord_suite.shard.kernels import records as record_loops
-from tfrecord_suite.shard.kernels import text as text_loops
 from tfrecord_suite.shard.records import Records
 
 #: Bytes of converted records buffered in memory by one writer before they are appended to disk.
@@ -143,23 +142,19 @@ def read_shard(
     for bundle in bundles:
         for bucket in buckets_of_shard(index, num_shards, buckets):
             path = _path(spill_dir, bundle, split, bucket)
-            if not os.path.exists(path):
-                continue
-            records = _entries(path, split_index)
-            counts = np.full(split_index + 1, num_shards, np.int64)
-            parts.append(records.take(np.flatnonzero(records.shard_of(counts) == index)))
+            if os.path.exists(path):
+                parts.append(_entries(path, split_index, num_shards, index))
     return Records.concat(parts)
 
 
-def _entries(path: str, split_index: int) -> Records:
-    """Every record of one spill file (a bucket holds a fraction of one shard)."""
+def _entries(path: str, split_index: int, num_shards: int = 1, index: int = 0) -> Records:
+    """The records of one spill file in shard ``index`` of ``num_shards`` (all by default).
+
+    A bucket holds a fraction of one shard, or spans a few.
+    """
     with open(path, "rb") as fh:
         buffer = np.frombuffer(fh.read(), np.uint8)
-    starts, lengths, truncated = record_loops.parse_spill(buffer)
+    digests, offsets, data, truncated = record_loops.read_spill(buffer, num_shards, index)
     if truncated >= 0:
         raise RuntimeError(f"spill file {path} ends inside an entry at byte {truncated}")
-    offsets, data = text_loops.gather_spans(
-        buffer, starts, starts + lengths, np.ones(len(starts), bool)
-    )
-    digests = buffer[(starts - _DIGEST)[:, None] + np.arange(_DIGEST)]
-    return Records(np.full(len(starts), split_index, np.uint8), digests, offsets, data)
+    return Records(np.full(len(digests), split_index, np.uint8), digests, offsets, data)

@@ -335,11 +335,17 @@ def assign_splits(high: np.ndarray, cumulative: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def shard_indices(low: np.ndarray, count: int) -> np.ndarray:
-    """:func:`convert.shard_index`: ``(int(bytes 8-15) * count) >> 64``, in 64-bit halves."""
+    """:func:`convert.shard_index` of each hash's bytes 8-15 (big-endian words)."""
     out = np.empty(len(low), np.int64)
-    n = U64(count)
     for i in range(len(low)):
-        high_part = (low[i] >> U64(32)) * n
-        low_part = (low[i] & _MASK32) * n
-        out[i] = np.int64((high_part + (low_part >> U64(32))) >> U64(32))
+        out[i] = shard_of(low[i], count)
     return out
+
+
+@njit(cache=True)
+def shard_of(low: np.uint64, count: int) -> int:
+    """:func:`convert.shard_index`: ``(low * count) >> 64``, in 64-bit halves (no 128-bit ints)."""
+    n = U64(count)
+    high_part = (low >> U64(32)) * n
+    low_part = (low & _MASK32) * n
+    return np.int64((high_part + (low_part >> U64(32))) >> U64(32))

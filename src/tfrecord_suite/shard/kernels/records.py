@@ -13,6 +13,7 @@ from tfrecord_suite.shard.kernels import (
     U64,
     copy_bytes,
 )
+from tfrecord_suite.shard.kernels.keys import shard_of
 
 # ----------------------------------------------------------------------------------- examples
 
@@ -252,30 +253,58 @@ def spill_entries(
 
 
 @njit(cache=True)
-def parse_spill(buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Each spill entry's record start and length; the offset of a truncated entry, or -1."""
-    count = 0
-    at = 0
+def _spill_length(buffer: np.ndarray, at: int) -> int:
+    length = np.int64(0)
+    for b in range(4):
+        length |= np.int64(buffer[at + b]) << (8 * b)
+    return length
+
+
+@njit(cache=True)
+def read_spill(
+    buffer: np.ndarray, count: int, index: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The entries of one spill file that fall in shard ``index`` of ``count``.
+
+    Returns their hashes (rows of 16 bytes), their records as (offsets, data), and the offset
+    of an entry the file ends inside, or -1.
+    """
     size = len(buffer)
+    selected = 0
+    total = 0
+    at = 0
     while at + 20 <= size:
-        length = np.int64(0)
-        for b in range(4):
-            length |= np.int64(buffer[at + b]) << (8 * b)
+        length = _spill_length(buffer, at)
         if at + 20 + length > size:
             break
+        if shard_of(_big_endian(buffer, at + 12), count) == index:
+            selected += 1
+            total += length
         at += 20 + length
-        count += 1
-    starts = np.empty(count, np.int64)
-    lengths = np.empty(count, np.int64)
+    truncated = -1 if at == size else at
+    digests = np.empty((selected, 16), np.uint8)
+    offsets = np.zeros(selected + 1, np.int64)
+    data = np.empty(total, np.uint8)
+    k = 0
     at = 0
-    for k in range(count):
-        length = np.int64(0)
-        for b in range(4):
-            length |= np.int64(buffer[at + b]) << (8 * b)
-        starts[k] = at + 20
-        lengths[k] = length
+    while k < selected:
+        length = _spill_length(buffer, at)
+        if shard_of(_big_endian(buffer, at + 12), count) == index:
+            for b in range(16):
+                digests[k, b] = buffer[at + 4 + b]
+            offsets[k + 1] = offsets[k] + length
+            data[offsets[k] : offsets[k + 1]] = buffer[at + 20 : at + 20 + length]
+            k += 1
         at += 20 + length
-    return starts, lengths, -1 if at == size else at
+    return digests, offsets, data, truncated
+
+
+@njit(cache=True)
+def _big_endian(data: np.ndarray, at: int) -> np.uint64:
+    word = U64(0)
+    for b in range(8):
+        word = (word << U64(8)) | U64(data[at + b])
+    return word
 
 
 @njit(cache=True)
