@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import random
 
 import pytest
 from support import write_csv
@@ -91,6 +92,61 @@ def test_disk_and_beam_shuffles_write_identical_shards(tmp_path):
         )
     )  # fmt: skip
     _same_shards(beam, two, 15)
+
+
+def _dead_letters(output):
+    return sorted(json.dumps(d, sort_keys=True) for d in read_dead_letters(output))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_the_batch_path_writes_the_row_paths_shards(tmp_path, fmt):
+    """The whole step, on Beam, with and without the batch path: the same shards, byte for byte,
+    the same dead letters, the same plan and statistics; and so with two worker processes."""
+    from tables import nasty_rows, tabular_schema, write_jsonl, write_parquet
+    from tables import write_csv as write_nasty_csv
+
+    rng = random.Random(fmt)
+    path = tmp_path / f"t.{fmt}"
+    if fmt == "csv":
+        write_nasty_csv(path, nasty_rows(rng, 3000), rng=rng)
+    elif fmt == "jsonl":
+        write_jsonl(path, rng, 3000)
+    else:
+        write_parquet(path, rng, 3000)
+    common = dict(input=str(path), label="label", num_shards=3, max_bad_fraction=1.0)
+    if fmt == "jsonl":
+        # the generator's "extra" field holds numbers, strings and lists: inferred, it would be a
+        # string column whose numbers send nearly every line to the row path
+        schema = tmp_path / "schema.json"
+        schema.write_text(tabular_schema().to_json())
+        common["schema_file"] = str(schema)
+    rows = run_shard(ShardConfig(output=str(tmp_path / "rows"), columnar=False, **common))
+    batches = run_shard(ShardConfig(output=str(tmp_path / "batches"), **common))
+    two = run_shard(
+        ShardConfig(
+            output=str(tmp_path / "two"), shuffle="beam", **common,
+            beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        )
+    )  # fmt: skip
+    for other in (batches, two):
+        _same_shards(rows.output, other.output, 9)
+        assert _dead_letters(other.output) == _dead_letters(rows.output)
+        assert (other.records, other.bad_rows, other.schema) == (
+            rows.records,
+            rows.bad_rows,
+            rows.schema,
+        )
+        assert other.plan == rows.plan
+        for split, stats in rows.statistics.items():
+            got = other.statistics[split]
+            assert (got["count"], got["bytes"], got["label_histogram"]) == (
+                stats["count"],
+                stats["bytes"],
+                stats["label_histogram"],
+            )
+    assert rows.beam_metrics.get("batch_path_rows", 0) == 0
+    assert batches.beam_metrics["batch_path_rows"] > batches.beam_metrics["row_path_rows"]
 
 
 def test_disk_shuffle_needs_a_local_runner(tmp_path):

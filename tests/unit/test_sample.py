@@ -9,8 +9,8 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_read_convert import FLOAT_CELLS, INT_CELLS, LABELS, TEXT_CELLS, write_parquet
 
+from tables import FLOAT_CELLS, INT_CELLS, LABELS, TEXT_CELLS, write_parquet
 from tfrecord_suite.shard import sample, sources
 from tfrecord_suite.shard.step import SAMPLE_ROWS, ShardConfig, ShardError, resolve_schema
 

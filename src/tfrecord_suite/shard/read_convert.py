@@ -86,7 +86,8 @@ def _printable(values: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, bytes):
             out[k] = f"<{len(v)} bytes>"
         else:
-            text = str(v)
+            # a lone surrogate (JSON's "\ud800") shown escaped: no UTF-8 can hold it
+            text = str(v).encode("utf-8", "backslashreplace").decode("utf-8")
             out[k] = text if len(text) <= 500 else text[:500] + "..."
     return out
 
