@@ -263,12 +263,21 @@ def test_examples_are_encode_examples(table):
     assert got == [convert.encode_example(dict(zip(names, row, strict=True))) for row in rows]
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.binary(min_size=1, max_size=1), st.binary(max_size=4)), max_size=60))
-def test_records_sort_as_python_sorts_digest_record_pairs(pairs):
-    digests = [d * 16 for d, _ in pairs]
-    records = Records.of([0] * len(pairs), digests, [r for _, r in pairs])
-    order = records.sort_order()
-    assert [(digests[i], pairs[i][1]) for i in order] == sorted(
-        zip(digests, (r for _, r in pairs), strict=True)
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=1, max_size=1),
+            st.binary(min_size=1, max_size=1),
+            st.binary(max_size=4),
+        ),
+        max_size=60,
     )
+)
+def test_records_sort_as_python_sorts_digest_record_pairs(items):
+    """Hashes from few values, so that first words, second words and whole hashes tie."""
+    digests = [a * 8 + b * 8 for a, b, _ in items]
+    records = [r for _, _, r in items]
+    got = Records.of([0] * len(items), digests, records)
+    order = got.sort_order()
+    assert [(digests[i], records[i]) for i in order] == sorted(zip(digests, records, strict=True))

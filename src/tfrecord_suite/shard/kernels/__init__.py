@@ -35,7 +35,7 @@ BLANK, PLAIN, ONE_RECORD, OPEN_QUOTE = 0, 1, 2, 3
 U64 = np.uint64
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def decode_utf8(data: np.ndarray, at: int) -> tuple[int, int]:
     """The code point starting at ``at`` of valid UTF-8, and its length in bytes."""
     b = data[at]
@@ -54,7 +54,7 @@ def decode_utf8(data: np.ndarray, at: int) -> tuple[int, int]:
     )
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def copy_bytes(out: np.ndarray, at: int, source: np.ndarray, start: int, end: int) -> int:
     """Copy ``source[start:end]`` to ``out[at:]``; the position after it (short copies)."""
     for k in range(end - start):
