@@ -281,3 +281,26 @@ def test_records_sort_as_python_sorts_digest_record_pairs(items):
     got = Records.of([0] * len(items), digests, records)
     order = got.sort_order()
     assert [(digests[i], records[i]) for i in order] == sorted(zip(digests, records, strict=True))
+
+
+def test_without_a_writable_cache_the_loops_compile_per_process_and_say_so(tmp_path):
+    """No cache folder numba may write: the loops still run (compiled in the process), with one
+    warning that says how to give them one."""
+    import os
+    import subprocess
+
+    env = dict(
+        os.environ,
+        NUMBA_CACHE_LOCATOR_CLASSES="_UserWideCacheLocator",  # not beside the package
+        NUMBA_CACHE_DIR="/proc/no-cache-here",
+    )
+    code = (
+        "import logging, hashlib, numpy as np; logging.basicConfig(level=logging.WARNING)\n"
+        "from tfrecord_suite.shard.kernels import keys\n"
+        "d = keys.blake2b_16(np.array([0, 3], np.int64), np.frombuffer(b'abc', np.uint8))\n"
+        "assert bytes(d[0]) == hashlib.blake2b(b'abc', digest_size=16).digest()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if "cannot be cached" in line]
+    assert len(warnings) == 1 and "NUMBA_CACHE_DIR" in warnings[0]

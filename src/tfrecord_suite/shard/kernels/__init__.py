@@ -22,6 +22,10 @@ numba compiles each on first use and caches the machine code beside these module
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -33,9 +37,31 @@ INT, FLOAT, BYTES = 0, 1, 2
 BLANK, PLAIN, ONE_RECORD, OPEN_QUOTE = 0, 1, 2, 3
 
 U64 = np.uint64
+_LOG = logging.getLogger(__name__)
+_UNCACHED: list[str] = []
 
 
-@njit(cache=True, nogil=True)
+def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Compile ``fn`` with numba: nopython, releasing the GIL, its machine code cached.
+
+    Where no cache folder can be written (beside the package, nor ``NUMBA_CACHE_DIR``, nor the
+    user's cache), numba refuses to cache: the loop is then compiled by each process, and the
+    first such loop says so once.
+    """
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError as exc:  # "cannot cache function ...: no locator available"
+        if not _UNCACHED:
+            _LOG.warning(
+                "the shard step's compiled loops cannot be cached (%s): each process compiles "
+                "them again; set NUMBA_CACHE_DIR to a writable folder",
+                exc,
+            )
+        _UNCACHED.append(fn.__name__)
+        return njit(nogil=True)(fn)
+
+
+@compiled
 def decode_utf8(data: np.ndarray, at: int) -> tuple[int, int]:
     """The code point starting at ``at`` of valid UTF-8, and its length in bytes."""
     b = data[at]
@@ -54,7 +80,7 @@ def decode_utf8(data: np.ndarray, at: int) -> tuple[int, int]:
     )
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def copy_bytes(out: np.ndarray, at: int, source: np.ndarray, start: int, end: int) -> int:
     """Copy ``source[start:end]`` to ``out[at:]``; the position after it (short copies)."""
     for k in range(end - start):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from tfrecord_suite.shard.kernels import (
     FLOAT,
     INT,
     PRESENT,
     U64,
+    compiled,
     copy_bytes,
     decode_utf8,
 )
@@ -20,7 +20,7 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 # --------------------------------------------------------------------------------- split keys
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _put_int(out: np.ndarray, at: int, value: int) -> int:
     """Write ``str(value)`` of an int64 at ``at``; the position after it."""
     if value < 0:
@@ -44,7 +44,7 @@ _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 _NULL = np.frombuffer(b"null", np.uint8)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _put_u16(out: np.ndarray, at: int, unit: int) -> int:
     out[at] = 92  # \
     out[at + 1] = 117  # u
@@ -55,7 +55,7 @@ def _put_u16(out: np.ndarray, at: int, unit: int) -> int:
     return at + 6
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _put_json_string(out: np.ndarray, at: int, data: np.ndarray, start: int, end: int) -> int:
     """``json.dumps(text)`` (``ensure_ascii``) of UTF-8 ``data[start:end]``."""
     out[at] = 34
@@ -101,7 +101,7 @@ def _put_json_string(out: np.ndarray, at: int, data: np.ndarray, start: int, end
     return at + 1
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def json_keys(
     rows: np.ndarray,
     kinds: np.ndarray,
@@ -159,7 +159,7 @@ def json_keys(
     return offsets, out[:at].copy()
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def raw_keys(
     rows: np.ndarray, prefix: np.ndarray, text: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -211,12 +211,12 @@ _SIGMA = np.array(
 )
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _rotr(x: np.uint64, n: int) -> np.uint64:
     return (x >> U64(n)) | (x << U64(64 - n))
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _g(
     a: np.uint64, b: np.uint64, c: np.uint64, d: np.uint64, x: np.uint64, y: np.uint64
 ) -> tuple[np.uint64, np.uint64, np.uint64, np.uint64]:
@@ -232,7 +232,7 @@ def _g(
     return a, b, c, d
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _compress(
     h: np.ndarray, block: np.ndarray, at: int, counter: int, last: bool, m: np.ndarray
 ) -> None:
@@ -270,7 +270,7 @@ def _compress(
     h[7] ^= v7 ^ v15
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def blake2b_16(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """``hashlib.blake2b(key, digest_size=16).digest()`` of each key, as rows of 16 bytes."""
     n = len(offsets) - 1
@@ -296,7 +296,7 @@ def blake2b_16(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _high64(digest: np.ndarray, i: int, first: int) -> np.uint64:
     word = U64(0)
     for b in range(8):
@@ -304,7 +304,7 @@ def _high64(digest: np.ndarray, i: int, first: int) -> np.uint64:
     return word
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def digest_words(digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Bytes 0-7 and 8-15 of each digest as big-endian uint64s (the order bytes sort in)."""
     n = len(digests)
@@ -316,7 +316,7 @@ def digest_words(digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return high, low
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def assign_splits(high: np.ndarray, cumulative: np.ndarray) -> np.ndarray:
     """:meth:`SplitSpec.assign`: ``int(bytes 0-7) / 2**64 * total`` against the running sums."""
     total = np.float64(cumulative[-1])
@@ -333,7 +333,7 @@ def assign_splits(high: np.ndarray, cumulative: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def shard_indices(low: np.ndarray, count: int) -> np.ndarray:
     """:func:`convert.shard_index` of each hash's bytes 8-15 (big-endian words)."""
     out = np.empty(len(low), np.int64)
@@ -342,7 +342,7 @@ def shard_indices(low: np.ndarray, count: int) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def shard_of(low: np.uint64, count: int) -> int:
     """:func:`convert.shard_index`: ``(low * count) >> 64``, in 64-bit halves (no 128-bit ints)."""
     n = U64(count)

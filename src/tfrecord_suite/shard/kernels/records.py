@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from tfrecord_suite.shard.kernels import (
     BYTES,
@@ -11,6 +10,7 @@ from tfrecord_suite.shard.kernels import (
     INT,
     PRESENT,
     U64,
+    compiled,
     copy_bytes,
 )
 from tfrecord_suite.shard.kernels.keys import shard_of
@@ -18,7 +18,7 @@ from tfrecord_suite.shard.kernels.keys import shard_of
 # ----------------------------------------------------------------------------------- examples
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _varint_size(value: np.uint64) -> int:
     size = 1
     while value > U64(0x7F):
@@ -27,7 +27,7 @@ def _varint_size(value: np.uint64) -> int:
     return size
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _put_varint(out: np.ndarray, at: int, value: np.uint64) -> int:
     while value > U64(0x7F):
         out[at] = (value & U64(0x7F)) | U64(0x80)
@@ -37,7 +37,7 @@ def _put_varint(out: np.ndarray, at: int, value: np.uint64) -> int:
     return at + 1
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _entry_sizes(kind: int, name_size: int, payload: int) -> tuple[int, int, int, int]:
     """(inner, feature, body, entry) sizes of one feature's map entry."""
     inner = 1 + _varint_size(U64(payload)) + payload
@@ -46,7 +46,7 @@ def _entry_sizes(kind: int, name_size: int, payload: int) -> tuple[int, int, int
     return inner, feature, body, 1 + _varint_size(U64(body)) + body
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _payload(kind: int, value: int, start: int, end: int) -> int:
     if kind == INT:
         return _varint_size(U64(value))
@@ -55,7 +55,7 @@ def _payload(kind: int, value: int, start: int, end: int) -> int:
     return end - start
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def encode_examples(
     rows: np.ndarray,
     kinds: np.ndarray,
@@ -147,7 +147,7 @@ def _crc32c_tables() -> np.ndarray:
 _CRC_TABLES = _crc32c_tables()
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _crc32c(data: np.ndarray, start: int, end: int) -> np.uint32:
     t = _CRC_TABLES
     crc = np.uint32(0xFFFFFFFF)
@@ -176,24 +176,24 @@ def _crc32c(data: np.ndarray, start: int, end: int) -> np.uint32:
     return crc ^ np.uint32(0xFFFFFFFF)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _masked(crc: np.uint32) -> np.uint32:
     return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def crc32c(data: np.ndarray) -> int:
     """CRC32C of a whole array (``google_crc32c.value``)."""
     return _crc32c(data, 0, len(data))
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _put_u32(out: np.ndarray, at: int, value: np.uint32) -> None:
     for b in range(4):
         out[at + b] = (value >> np.uint32(8 * b)) & np.uint32(0xFF)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def frame_records(offsets: np.ndarray, data: np.ndarray, order: np.ndarray) -> np.ndarray:
     """The records ``order`` names, each framed as TFRecord frames it, one after another."""
     size = 0
@@ -215,7 +215,7 @@ def frame_records(offsets: np.ndarray, data: np.ndarray, order: np.ndarray) -> n
 # ------------------------------------------------------------------------- record collections
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def take_records(
     offsets: np.ndarray, data: np.ndarray, indices: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +231,7 @@ def take_records(
     return out_offsets, out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def spill_entries(
     offsets: np.ndarray, data: np.ndarray, digests: np.ndarray, order: np.ndarray
 ) -> np.ndarray:
@@ -252,7 +252,7 @@ def spill_entries(
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _spill_length(buffer: np.ndarray, at: int) -> int:
     length = np.int64(0)
     for b in range(4):
@@ -260,7 +260,7 @@ def _spill_length(buffer: np.ndarray, at: int) -> int:
     return length
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def read_spill(
     buffer: np.ndarray, count: int, index: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -299,7 +299,7 @@ def read_spill(
     return digests, offsets, data, truncated
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _big_endian(data: np.ndarray, at: int) -> np.uint64:
     word = U64(0)
     for b in range(8):
@@ -307,7 +307,7 @@ def _big_endian(data: np.ndarray, at: int) -> np.uint64:
     return word
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _word(data: np.ndarray, at: int) -> np.uint64:
     """Eight bytes from ``at`` as one little-endian word (one load, as LLVM combines them)."""
     return (
@@ -322,7 +322,7 @@ def _word(data: np.ndarray, at: int) -> np.uint64:
     )
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _bytes_less(offsets: np.ndarray, data: np.ndarray, a: int, b: int) -> bool:
     """Whether record ``a`` sorts before record ``b`` as Python compares bytes."""
     sa, ea, sb, eb = offsets[a], offsets[a + 1], offsets[b], offsets[b + 1]
@@ -337,7 +337,7 @@ def _bytes_less(offsets: np.ndarray, data: np.ndarray, a: int, b: int) -> bool:
     return ea - sa < eb - sb
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def sort_ties(
     order: np.ndarray, high: np.ndarray, low: np.ndarray, offsets: np.ndarray, data: np.ndarray
 ) -> None:
@@ -362,7 +362,7 @@ def sort_ties(
         first = last
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _before(offsets: np.ndarray, data: np.ndarray, low: np.ndarray, a: int, b: int) -> bool:
     """Whether record ``a`` sorts before ``b`` of the same first hash word: second word, bytes."""
     if low[a] != low[b]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from tfrecord_suite.shard.kernels import (
     BLANK,
@@ -15,13 +14,14 @@ from tfrecord_suite.shard.kernels import (
     PLAIN,
     PRESENT,
     UNUSUAL,
+    compiled,
     decode_utf8,
 )
 
 # ------------------------------------------------------------------------------- UTF-8, spaces
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _is_space(cp: int) -> bool:
     """``chr(cp).isspace()``: the code points Python's ``str.strip()`` removes."""
     if cp < 128:
@@ -39,7 +39,7 @@ def _is_space(cp: int) -> bool:
     )
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _utf8_valid(data: np.ndarray, start: int, end: int) -> bool:
     """Whether ``data[start:end]`` is UTF-8 that Python's strict decoder accepts."""
     i = start
@@ -73,7 +73,7 @@ def _utf8_valid(data: np.ndarray, start: int, end: int) -> bool:
     return True
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _strip(data: np.ndarray, start: int, end: int) -> tuple[int, int]:
     """The span of ``data[start:end]`` (valid UTF-8) without Python's leading/trailing spaces."""
     while start < end:
@@ -92,7 +92,7 @@ def _strip(data: np.ndarray, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _equals(data: np.ndarray, start: int, end: int, other: np.ndarray, o_start: int, o_end: int):
     if end - start != o_end - o_start:
         return False
@@ -105,7 +105,7 @@ def _equals(data: np.ndarray, start: int, end: int, other: np.ndarray, o_start: 
 # ------------------------------------------------------------------------------------- cells
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _int_of(data: np.ndarray, start: int, end: int) -> tuple[bool, int]:
     """``[+-]?[0-9]{1,18}`` as an int64: the integers that surely fit, spelled plainly."""
     i = start
@@ -125,7 +125,7 @@ def _int_of(data: np.ndarray, start: int, end: int) -> tuple[bool, int]:
     return True, -value if negative else value
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _is_decimal(data: np.ndarray, start: int, end: int) -> bool:
     r"""``[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?``: what both Python and Arrow read."""
     i = start
@@ -156,7 +156,7 @@ def _is_decimal(data: np.ndarray, start: int, end: int) -> bool:
 _POWERS_OF_TEN = np.array([10.0**k for k in range(23)])  # exact doubles
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _exact_decimal(data: np.ndarray, start: int, end: int) -> tuple[bool, float]:
     """A plain decimal's double when a single IEEE operation gives it exactly rounded.
 
@@ -220,7 +220,7 @@ def _exact_decimal(data: np.ndarray, start: int, end: int) -> tuple[bool, float]
     return True, -x if negative else x
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def classify_cells(
     offsets: np.ndarray,
     data: np.ndarray,
@@ -283,7 +283,7 @@ def classify_cells(
             state[i] = PRESENT
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def gather_spans(
     data: np.ndarray, start: np.ndarray, end: np.ndarray, take: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -298,7 +298,7 @@ def gather_spans(
     return offsets, out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def python_float_text(
     data: np.ndarray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -446,7 +446,7 @@ def python_float_text(
 # ---------------------------------------------------------------------------------- line scans
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def line_starts(data: np.ndarray) -> np.ndarray:
     r"""The offset of every line of ``data`` (lines end at ``\n``), and ``len(data)`` last."""
     count = 0
@@ -466,7 +466,7 @@ def line_starts(data: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _content_end(data: np.ndarray, start: int, end: int) -> int:
     r"""The end of a line without its ``\n`` or ``\r\n``."""
     if end > start and data[end - 1] == 10:
@@ -476,7 +476,7 @@ def _content_end(data: np.ndarray, start: int, end: int) -> int:
     return end
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _bare_cr(data: np.ndarray, start: int, end: int) -> bool:
     r"""Whether a ``\r`` other than a final ``\r\n``'s is in the line (Arrow ends lines there)."""
     for k in range(start, end):
@@ -485,7 +485,7 @@ def _bare_cr(data: np.ndarray, start: int, end: int) -> bool:
     return False
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _csv_fields(data: np.ndarray, start: int, end: int, delimiter: int) -> int:
     """The fields of a line where every quoted field is well formed; -1 otherwise.
 
@@ -523,7 +523,7 @@ def _csv_fields(data: np.ndarray, start: int, end: int, delimiter: int) -> int:
         fields += 1
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def scan_csv_lines(
     data: np.ndarray, starts: np.ndarray, delimiter: int, width: int, max_line: int
 ) -> np.ndarray:
@@ -575,7 +575,7 @@ def scan_csv_lines(
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def scan_json_lines(data: np.ndarray, starts: np.ndarray, max_line: int) -> np.ndarray:
     r"""What each line of a JSON-lines range is: :data:`BLANK`, :data:`PLAIN` or :data:`ONE_RECORD`.
 
@@ -612,7 +612,7 @@ def scan_json_lines(data: np.ndarray, starts: np.ndarray, max_line: int) -> np.n
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def gather_lines(data: np.ndarray, starts: np.ndarray, lines: np.ndarray) -> np.ndarray:
     r"""The given lines one after another, each ending with ``\n``."""
     size = 0
@@ -630,7 +630,7 @@ def gather_lines(data: np.ndarray, starts: np.ndarray, lines: np.ndarray) -> np.
     return out[:at]
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def quote_parity(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per line: 0 for line ends only, 1 for an even number of quotes, 2 for an odd one.
 
