@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -211,16 +211,24 @@ class RowPath:
 
 
 class _HeldBytes(io.RawIOBase):
-    """A file of which some bytes are held in memory; the rest is read from the file itself.
+    """A file of which a range of bytes is held in memory; the rest is read from the file itself.
 
     The row path reads the rows the batch path hands it from here, so a bad row in a file on
     ``gs://`` costs no request (a quoted field that spans past the range reads on from the file).
+
+    Args:
+        uri: The file.
+        base: The offset of the held bytes.
+        data: The held bytes.
+        size: The file's size where the held bytes reach its end; None otherwise.
+
     """
 
-    def __init__(self, uri: str, held: Sequence[tuple[int, bytes]], size: int | None):
+    def __init__(self, uri: str, base: int, data: bytes, size: int | None):
         super().__init__()
         self._uri = uri
-        self._held = held
+        self._base = base
+        self._data = data
         self._size = size
         self._pos = 0
         self._file: IO[bytes] | None = None
@@ -241,12 +249,12 @@ class _HeldBytes(io.RawIOBase):
         return self._pos
 
     def readinto(self, buffer: Any) -> int:
-        for base, data in self._held:
-            if base <= self._pos < base + len(data):
-                n = min(len(buffer), base + len(data) - self._pos)
-                buffer[:n] = data[self._pos - base : self._pos - base + n]
-                self._pos += n
-                return n
+        base, data = self._base, self._data
+        if base <= self._pos < base + len(data):
+            n = min(len(buffer), base + len(data) - self._pos)
+            buffer[:n] = data[self._pos - base : self._pos - base + n]
+            self._pos += n
+            return n
         if self._size is not None and self._pos >= self._size:
             return 0
         if self._file is None:
@@ -326,7 +334,6 @@ class BatchPath:
         starts = text_loops.line_starts(buf)
         delimiter = sources.csv_delimiter(self.read)
         first_line = 0
-        held = [(part.start, data)]
         if part.start == 0:
             header = plain_header(data, starts, self.read)
             if header is None:  # blank lines, a quote or bad bytes before the header
@@ -338,7 +345,7 @@ class BatchPath:
         status = text_loops.scan_csv_lines(
             buf, starts, ord(delimiter), len(header), self.read.max_line_bytes
         )
-        opener = self._opener(part, held)
+        opener = self._opener(part, data)
         batch_lines: list[np.ndarray] = []
         row_lines: list[int] = []
         region_rows: list[RawRow] = []
@@ -432,11 +439,12 @@ class BatchPath:
                 yield from (row for _, _, row in records)
 
     @staticmethod
-    def _opener(part: FileRange, held: Sequence[tuple[int, bytes]]) -> sources.Opener:
-        size = part.start + len(held[0][1]) if part.end is None else None
+    def _opener(part: FileRange, data: bytes) -> sources.Opener:
+        """Opens the range's file with ``data``, the range's bytes, held."""
+        size = part.start + len(data) if part.end is None else None
 
         def opener(uri: str) -> IO[bytes]:
-            return io.BufferedReader(_HeldBytes(uri, held, size))
+            return io.BufferedReader(_HeldBytes(uri, part.start, data, size))
 
         return opener
 
@@ -446,7 +454,7 @@ class BatchPath:
         buf = np.frombuffer(data, np.uint8)
         starts = text_loops.line_starts(buf)
         status = text_loops.scan_json_lines(buf, starts, self.read.max_line_bytes)
-        opener = self._opener(part, [(part.start, data)])
+        opener = self._opener(part, data)
         row_lines = np.flatnonzero(status == kernels.ONE_RECORD).tolist()
         blocks = [np.flatnonzero(status == kernels.PLAIN)]
         while blocks:
