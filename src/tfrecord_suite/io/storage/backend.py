@@ -75,9 +75,9 @@ class Backend(abc.ABC):
     def reset(self) -> None:  # noqa: B027 - a store without cached clients has nothing to forget
         """Forget cached clients, so the next call builds them from the environment again."""
 
+    @abc.abstractmethod
     def normalize(self, uri: str) -> str:
         """The canonical form of ``uri`` in this store."""
-        return uri
 
     @abc.abstractmethod
     def join(self, base: str, *parts: str) -> str:
