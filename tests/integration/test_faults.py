@@ -48,13 +48,13 @@ def test_unreachable_store_fails_clearly_and_leaves_no_version(tmp_path, fake_gc
         from google.cloud.storage import retry as gcs_retry
 
         fast = gcs_retry.DEFAULT_RETRY.with_delay(initial=0.01, maximum=0.05).with_timeout(1.5)
-        storage_retry = storage._retry
-        storage._retry = lambda: fast
+        storage_retry = storage.gcs.retry_policy
+        storage.gcs.retry_policy = lambda: fast
         try:
             with pytest.raises(Exception) as err:
                 reg.publish(staged, "rows")
         finally:
-            storage._retry = storage_retry
+            storage.gcs.retry_policy = storage_retry
     assert "503" in str(err.value) or "429" in str(err.value) or "onnection" in str(err.value)
     with emulator_env(fake_gcs_server):
         assert Registry(f"gs://{bucket}/registry").versions("rows") == []

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tfrecord_suite.io import naming, storage
+from tfrecord_suite.registry.bumps import BumpRefused
 from tfrecord_suite.registry.datasets import (
-    BumpRefused,
     Registry,
     RegistryError,
     VerificationError,

@@ -206,7 +206,7 @@ def test_image_formats_are_counted_merged_and_carried_through_an_append():
 
     from PIL import Image
 
-    from tfrecord_suite.registry.datasets import merge_statistics
+    from tfrecord_suite.registry.content import merge_statistics
 
     def encoded(fmt):
         buf = io.BytesIO()

@@ -36,8 +36,8 @@ def test_stores_out_of_reach_are_named_with_what_to_do(uri, message):
 
 def test_s3_checksums_compare_with_gcs_md5s_and_name_multipart_etags():
     md5 = "35d6d33467aae9a2e3dccb4b6b027878"
-    assert storage._s3_checksum(f'"{md5}"') == "md5:NdbTNGeq6aLj3MtLawJ4eA=="
-    assert storage._s3_checksum('"abc-3"') == "s3etag:abc-3"
+    assert storage.s3.etag_checksum(f'"{md5}"') == "md5:NdbTNGeq6aLj3MtLawJ4eA=="
+    assert storage.s3.etag_checksum('"abc-3"') == "s3etag:abc-3"
 
 
 def test_the_reader_stages_only_what_tensorflow_cannot_open():
@@ -87,13 +87,13 @@ def test_the_store_clients_follow_an_environment_meanwhile_and_the_old_one_after
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    storage._S3["http://127.0.0.1:1"] = object()  # a client built before
+    storage.s3._CLIENTS["http://127.0.0.1:1"] = object()  # a client built before
     with storage.environment(
         {"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:2", "STORAGE_EMULATOR_HOST": "http://h:3"},
         unset=storage.S3_ENDPOINT_ENV,
     ):
-        assert storage.s3_endpoint() == "http://127.0.0.1:2" and not storage._S3
+        assert storage.s3_endpoint() == "http://127.0.0.1:2" and not storage.s3._CLIENTS
         assert os.environ["STORAGE_EMULATOR_HOST"] == "http://h:3"
-        storage._S3["http://127.0.0.1:2"] = object()
-    assert storage.s3_endpoint() == "http://127.0.0.1:1" and not storage._S3
+        storage.s3._CLIENTS["http://127.0.0.1:2"] = object()
+    assert storage.s3_endpoint() == "http://127.0.0.1:1" and not storage.s3._CLIENTS
     assert "STORAGE_EMULATOR_HOST" not in os.environ and "AWS_ENDPOINT_URL_S3" not in os.environ

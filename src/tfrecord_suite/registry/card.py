@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfrecord_suite.markdown import code
-from tfrecord_suite.registry.datasets import required_bump
+from tfrecord_suite.registry.bumps import required_bump
 from tfrecord_suite.registry.manifest import Manifest
 
 

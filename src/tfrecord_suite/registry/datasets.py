@@ -21,6 +21,10 @@ Versions are claimed by creating the manifest with create-if-absent
 crash before the manifest leaves only a batch no manifest references, which :meth:`Registry.gc`
 removes once it is older than the grace period. Manifests written before batches existed
 (``format`` 1) keep their shards inside the version folder and read as before.
+
+This module holds :class:`Registry` (paths, reading, aliases, publishing, checks, ``gc``); what a
+new version's manifest holds is computed in :mod:`tfrecord_suite.registry.content`, and whether
+its number is a major, minor or patch bump is decided in :mod:`tfrecord_suite.registry.bumps`.
 """
 
 from __future__ import annotations
@@ -28,9 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import gzip
-import hashlib
-import io
 import json
 import logging
 import os
@@ -38,22 +39,27 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Any
 
 from tfrecord_suite import __version__
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.io import naming, storage
-from tfrecord_suite.registry import store
+from tfrecord_suite.registry import bumps, store
+from tfrecord_suite.registry.content import (
+    appended,
+    describe_staged,
+    fresh_content,
+    records_digest,
+    scan_shard,
+)
 from tfrecord_suite.registry.manifest import MANIFEST_FORMAT, Manifest, RegistryError
 from tfrecord_suite.registry.refs import (
     DatasetRef,
     InvalidName,
     Version,
-    bump_rank,
     check_name,
 )
 from tfrecord_suite.schema import Schema, diff_schemas
-from tfrecord_suite.shard.summary import ShardSummary
 
 _LOG = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -70,10 +76,6 @@ _PUBLISH_ATTEMPTS = 20
 DATA_GRACE_SECONDS = 7 * 24 * 3600.0
 
 
-class BumpRefused(RegistryError):
-    """The requested bump is lower than the changes require."""
-
-
 class VerificationError(RegistryError):
     """A version's files do not match its manifest."""
 
@@ -81,65 +83,6 @@ class VerificationError(RegistryError):
         super().__init__("; ".join(problems))
         self.problems = problems
         self.bad_shards = bad_shards or []
-
-
-# ----------------------------------------------------------------------------- reading shards
-
-
-class _HashingReader(io.RawIOBase):
-    """Wraps a binary stream and hashes every byte read through it."""
-
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._raw.read(len(buffer))
-        n = len(data)
-        buffer[:n] = data
-        self.sha256.update(data)
-        self.size += n
-        return n
-
-
-@dataclasses.dataclass
-class ShardScan:
-    """What one pass over a shard file finds."""
-
-    sha256: str
-    bytes: int
-    records: int
-    records_digest: int  # sum of per-record sha256 values mod 2**256: order-independent
-
-
-def scan_shard(uri: str, compressed: bool) -> ShardScan:
-    """Read a shard once: file checksum, record count (every record's CRC checked) and digest.
-
-    Raises:
-        RegistryError: The file is truncated or a CRC does not match; the message names it.
-
-    """
-    from tfrecord_suite.io import framing
-
-    records, digest = 0, 0
-    with storage.open_read(uri) as fh:
-        hashing = _HashingReader(fh)
-        buffered = io.BufferedReader(hashing, buffer_size=4 * 1024 * 1024)
-        stream: IO[bytes] = gzip.GzipFile(fileobj=buffered) if compressed else buffered
-        try:
-            while (record := framing.read_record(stream)) is not None:
-                records += 1
-                digest = (digest + int.from_bytes(hashlib.sha256(record).digest(), "big")) % 2**256
-        except (ValueError, OSError, EOFError) as exc:
-            raise RegistryError(
-                f"{uri}: corrupt TFRecord data after {records} records ({exc})"
-            ) from None
-        buffered.read()  # hash any trailing bytes too
-    return ShardScan(hashing.sha256.hexdigest(), hashing.size, records, digest)
 
 
 # ------------------------------------------------------------------------------------ registry
@@ -361,15 +304,14 @@ class Registry:
             data, is already published).
 
         Raises:
-            BumpRefused: ``bump`` is lower than the changes require.
+            bumps.BumpRefused: ``bump`` is lower than the changes require.
             RegistryError: The staged folder is incomplete or corrupt, or cannot be appended.
 
         """
         check_name(dataset)
-        if bump not in ("auto", "major", "minor", "patch"):
-            raise UserError(f"--bump {bump!r}: use auto, major, minor or patch")
+        bumps.check_request(bump)
         staged = storage.normalize(staged)
-        body = self._describe_staged(staged)
+        body = describe_staged(staged)
         earlier = self._already_published(dataset, body, append)
         if earlier is not None:
             return earlier
@@ -388,13 +330,13 @@ class Registry:
             parent = self.latest(dataset)
             parent_manifest = self.manifest(dataset, parent) if parent else None
             if append:
-                kind, reasons, content = _appended(dataset, parent, parent_manifest, body, batch)
+                kind, reasons, content = appended(dataset, parent, parent_manifest, body, batch)
             else:
-                kind, reasons = self._bump_for(dataset, parent, parent_manifest, body, bump)
+                kind, reasons = bumps.bump_for(dataset, parent, parent_manifest, body, bump)
                 if parent is not None and kind is None:
                     # a racing publisher put this very content in place after the check above
                     return store.RETRY
-                content = _fresh_content(body, batch)
+                content = fresh_content(body, batch)
             version = parent.bump(kind) if parent else Version(1, 0, 0)
             while storage.exists(storage.join(self.version_dir(dataset, version), REMOVED)):
                 version = version.bump("patch")  # gc removed this number: never reuse it
@@ -447,81 +389,6 @@ class Registry:
                 _LOG.info("%s@%s already holds this content; nothing published", dataset, v)
                 return PublishResult(str(v), self.version_dir(dataset, v), m, False, attempt)
         return None
-
-    def _bump_for(
-        self,
-        dataset: str,
-        parent: Version | None,
-        parent_manifest: Manifest | None,
-        body: dict[str, Any],
-        bump: str,
-    ) -> tuple[str | None, list[str]]:
-        kind, reasons = required_bump(parent_manifest, body)
-        if bump == "auto":
-            return kind, reasons
-        if kind is not None and bump_rank(bump) < bump_rank(kind):
-            raise BumpRefused(
-                f"--bump {bump} refused: the changes since {dataset}@{parent} need a "
-                f"{kind} bump ({'; '.join(reasons)})"
-            )
-        return bump, [*reasons, f"{bump} requested"]
-
-    def _describe_staged(self, staged: str) -> dict[str, Any]:
-        try:
-            summary = ShardSummary.load(staged)
-            schema = Schema.from_json(storage.read_text(storage.join(staged, "schema.json")))
-        except FileNotFoundError:
-            raise RegistryError(
-                f"{staged} is not a complete shard output (no summary.json/schema.json); rerun "
-                "the shard step"
-            ) from None
-        shards = []
-        for s in summary.shards:
-            name = storage.basename(s["path"])
-            parsed = naming.parse_shard_name(name)
-            if parsed is None:
-                raise RegistryError(f"{s['path']}: not a shard name ({naming.SHARD_TEMPLATE})")
-            scan = scan_shard(storage.join(staged, name), parsed["gzip"])
-            if scan.records != s["records"]:
-                raise RegistryError(
-                    f"{name}: holds {scan.records} records, the shard summary says {s['records']}"
-                )
-            shards.append(
-                {
-                    "name": name,
-                    "split": parsed["split"],
-                    "index": parsed["index"],
-                    "num_shards": parsed["count"],
-                    "records": scan.records,
-                    "bytes": scan.bytes,
-                    "sha256": scan.sha256,
-                    "records_digest": scan.records_digest,
-                }
-            )
-        splits: dict[str, dict[str, Any]] = {}
-        for s in shards:
-            sp = splits.setdefault(s["split"], {"records": 0, "bytes": 0, "shards": 0, "_d": 0})
-            sp["records"] += s["records"]
-            sp["bytes"] += s["bytes"]
-            sp["shards"] += 1
-            sp["_d"] = (sp["_d"] + s["records_digest"]) % 2**256
-        for sp in splits.values():
-            sp["records_digest"] = f"{sp.pop('_d'):064x}"
-        for s in shards:
-            s.pop("records_digest")
-        schema_json = json.dumps(schema.to_dict(), sort_keys=True)
-        content = hashlib.sha256(schema_json.encode())
-        for s in sorted(shards, key=lambda s: s["name"]):
-            content.update(f"{s['name']}:{s['sha256']}\n".encode())
-        return {
-            "schema": schema.to_dict(),
-            "splits": dict(sorted(splits.items())),
-            "shards": shards,
-            "statistics": summary.statistics,
-            "input_fingerprint": summary.input_fingerprint,
-            "gzip": bool(summary.gzip),
-            "content_digest": content.hexdigest(),
-        }
 
     def _place_shards(self, dataset: str, staged: str, shards: list[dict[str, Any]]) -> str:
         """Put the staged shards in a batch; return the batch's path in the dataset's folder.
@@ -646,7 +513,7 @@ class Registry:
     def diff(self, dataset: str, a: str | Version, b: str | Version) -> dict[str, Any]:
         """Schema and per-split count changes from version ``a`` to ``b``."""
         ma, mb = self.manifest(dataset, a), self.manifest(dataset, b)
-        kind, reasons = required_bump(ma, mb)
+        kind, reasons = bumps.required_bump(ma, mb)
         splits = {}
         for name in sorted(set(ma.splits) | set(mb.splits)):
             ra, rb = ma.split_records(name), mb.split_records(name)
@@ -828,49 +695,6 @@ def _age_base(manifest: Manifest) -> float:
     return dt.datetime.fromisoformat(manifest.created).timestamp()
 
 
-def required_bump(
-    old: Manifest | None, new: Manifest | dict[str, Any]
-) -> tuple[str | None, list[str]]:
-    """The smallest bump from manifest ``old`` to ``new``, and why.
-
-    ``new`` is a manifest, or staged shards as :meth:`Registry.publish` describes them.
-
-    Returns:
-        ``("major" | "minor" | "patch", reasons)``; ``(None, reasons)`` when there is no parent
-        (``["first version"]``) or the content is identical.
-
-    """
-    if old is None:
-        return None, ["first version"]
-    if isinstance(new, Manifest):
-        new = new.to_dict()
-    diff = diff_schemas(Schema.from_dict(old.schema), Schema.from_dict(new["schema"]))
-    if diff["breaking"]:
-        return "major", diff["breaking"]
-    reasons = list(diff["compatible"])
-    records_changed = []
-    for split in sorted(set(old.splits) | set(new["splits"])):
-        a = old.splits.get(split, {})
-        b = new["splits"].get(split, {})
-        if a.get("records_digest") != b.get("records_digest"):
-            records_changed.append(
-                f"split {split!r}: records changed ({a.get('records', 0)} -> {b.get('records', 0)})"
-            )
-    if reasons or records_changed:
-        return "minor", reasons + records_changed
-    if old.content_digest == new.get("content_digest"):
-        return None, ["identical content"]
-    layout = []
-    for split in sorted(new["splits"]):
-        a = old.splits.get(split, {}).get("shards")
-        b = new["splits"][split]["shards"]
-        if a != b:
-            layout.append(f"split {split!r}: {a} -> {b} shards")
-    if old.gzip != bool(new.get("gzip")):
-        layout.append(f"gzip {old.gzip} -> {bool(new.get('gzip'))}")
-    return "patch", layout or ["same records and schema, different serialization"]
-
-
 def shard_uris(manifest: Manifest, version_dir: str, split: str) -> list[str]:
     """Full URIs of one split's shards, in shard order."""
     shards = sorted((s for s in manifest.shards if s["split"] == split), key=lambda s: s["index"])
@@ -889,132 +713,6 @@ def shard_uri(manifest: Manifest, version_dir: str, shard: dict[str, Any]) -> st
     """
     base = storage.parent(version_dir) if manifest.shards_in_batches else version_dir
     return storage.join(base, shard["path"])
-
-
-def records_digest(content: dict[str, Any]) -> str:
-    """Digest of a version's records by split, whatever shards hold them and in whatever order.
-
-    An appended version and a version sharded from scratch from the same records get the same
-    value (each split's digest is a sum of per-record hashes).
-    """
-    schema = _without_defaults(content["schema"])  # computed from the data, not part of it
-    digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode())
-    for name, split in sorted(content["splits"].items()):
-        digest.update(f"{name}:{split['records_digest']}\n".encode())
-    return digest.hexdigest()
-
-
-def _fresh_content(body: dict[str, Any], batch: str) -> dict[str, Any]:
-    """A new version's content: the staged shards, all new, in ``batch``."""
-    shards = [{**s, "path": f"{batch}/{s['name']}"} for s in body["shards"]]
-    added = sum(s["bytes"] for s in shards)
-    return {**body, "shards": shards, "storage": {"added_bytes": added, "shared_bytes": 0}}
-
-
-def _appended(
-    dataset: str,
-    parent: Version | None,
-    parent_manifest: Manifest | None,
-    body: dict[str, Any],
-    batch: str,
-) -> tuple[str, list[str], dict[str, Any]]:
-    """The bump, reasons and content of ``parent`` plus the staged shards in ``batch``."""
-    if parent is None or parent_manifest is None:
-        raise RegistryError(f"cannot append to {dataset}: it has no version yet; publish one first")
-    if _without_defaults(parent_manifest.schema) != _without_defaults(body["schema"]):
-        diff = diff_schemas(
-            Schema.from_dict(parent_manifest.schema), Schema.from_dict(body["schema"])
-        )
-        raise RegistryError(
-            f"cannot append to {dataset}@{parent}: the staged schema differs "
-            f"({'; '.join(diff['breaking'] + diff['compatible']) or 'labels or encoding'}); "
-            "publish it as a new version instead"
-        )
-    if parent_manifest.gzip != body["gzip"]:
-        raise RegistryError(
-            f"cannot append to {dataset}@{parent}: its shards are "
-            f"{'' if parent_manifest.gzip else 'not '}GZIP-compressed and the staged ones "
-            f"{'are' if body['gzip'] else 'are not'}"
-        )
-    in_version = not parent_manifest.shards_in_batches  # format 1: paths inside the version
-    old = [
-        {**s, "path": f"{parent}/{s['path']}" if in_version else s["path"]}
-        for s in parent_manifest.shards
-    ]
-    new = [{**s, "path": f"{batch}/{s['name']}"} for s in body["shards"]]
-    shards = []
-    for split in sorted({s["split"] for s in old + new}):
-        mine = sorted((s for s in old if s["split"] == split), key=lambda s: s["index"])
-        mine += sorted((s for s in new if s["split"] == split), key=lambda s: s["index"])
-        shards += [{**s, "index": i, "num_shards": len(mine)} for i, s in enumerate(mine)]
-    splits = {}
-    for name in sorted(set(parent_manifest.splits) | set(body["splits"])):
-        none = {"records": 0, "bytes": 0, "shards": 0, "records_digest": "0"}
-        a, b = parent_manifest.splits.get(name, none), body["splits"].get(name, none)
-        digest = (int(a["records_digest"], 16) + int(b["records_digest"], 16)) % 2**256
-        splits[name] = {
-            "records": a["records"] + b["records"],
-            "bytes": a["bytes"] + b["bytes"],
-            "shards": a["shards"] + b["shards"],
-            "records_digest": f"{digest:064x}",
-        }
-    content_digest = hashlib.sha256(json.dumps(parent_manifest.schema, sort_keys=True).encode())
-    for s in sorted(shards, key=lambda s: s["path"]):
-        content_digest.update(f"{s['path']}:{s['sha256']}\n".encode())
-    added = sum(s["bytes"] for s in new)
-    reasons = [
-        f"appended {sum(s['records'] for s in new)} records in {len(new)} shards to {parent}"
-    ]
-    content = {
-        # the parent's: its imputation defaults, which the staged data's may differ from
-        "schema": parent_manifest.schema,
-        "splits": splits,
-        "shards": shards,
-        "statistics": merge_statistics(parent_manifest.statistics, body["statistics"]),
-        "input_fingerprint": body["input_fingerprint"],
-        "gzip": body["gzip"],
-        "content_digest": content_digest.hexdigest(),
-        "storage": {"added_bytes": added, "shared_bytes": sum(s["bytes"] for s in old)},
-        "append": {
-            "parent": str(parent),
-            "parent_content_digest": parent_manifest.content_digest,
-            "added_digest": body["content_digest"],
-            "added_records": sum(s["records"] for s in new),
-            "added_shards": len(new),
-            "batch": batch,
-        },
-    }
-    return "minor", reasons, content
-
-
-def _without_defaults(schema: dict[str, Any]) -> dict[str, Any]:
-    """A schema without its features' defaults, which are computed from the data."""
-    return {**schema, "features": [{**f, "default": None} for f in schema["features"]]}
-
-
-def merge_statistics(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Per-split statistics of two sets of records merged, as if computed over both at once."""
-    from tfrecord_suite.shard import convert
-
-    def unfinalize(s: dict[str, Any]) -> dict[str, Any]:
-        out = {**s, "features": {}}
-        for name, f in s.get("features", {}).items():
-            f = dict(f)
-            if "mean" in f:
-                mean, std, n = f.pop("mean"), f.pop("std"), f["present"]
-                f["sum"], f["sum_sq"] = mean * n, (std * std + mean * mean) * n
-            out["features"][name] = f
-        return out
-
-    merged = {}
-    for split in sorted(set(a) | set(b)):
-        if split in a and split in b:
-            merged[split] = convert.finalize_stats(
-                convert.merge_stats(unfinalize(a[split]), unfinalize(b[split]))
-            )
-        else:
-            merged[split] = a.get(split) or b[split]
-    return merged
 
 
 def _relative(uri: str, base: str) -> str:
