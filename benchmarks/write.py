@@ -8,8 +8,10 @@ file. Variants:
 * ``pandas_script``: what a user writes instead (``pandas.read_csv`` -> a ``tf.train.Example``
   per row -> one ``TFRecordWriter`` per split), on the CSV.
 * ``beam``: the shard step on the DirectRunner, one worker (CSV/TSV, JSON lines and Parquet take
-  the batch path); ``beam_2_workers``: the same with two worker processes; ``beam_parquet`` and
-  ``beam_jsonl``: one worker on the same rows as Parquet and as JSON lines.
+  the batch path); ``beam_2_workers``: the same with two worker processes; ``beam_2_threads``
+  (the real table): two worker threads of one process (the compiled loops and Arrow release
+  Python's lock); ``beam_parquet`` and ``beam_jsonl``: one worker on the same rows as Parquet
+  and as JSON lines.
 * ``beam_rows`` (the real table) and ``plain_writer`` (the generated one): every row on the row
   path, as before the batch path (``--no-columnar``), and that conversion in a plain loop.
 * The ceilings, on the real table's CSV: ``arrow_parse``, Arrow's CSV reader on the whole file
@@ -151,10 +153,9 @@ def _shard_variant(inputs: str, out_root: str, name: str, **config: Any) -> Call
     from tfrecord_suite.shard.step import ShardConfig, run_shard
 
     workers = config.pop("workers", 1)
+    mode = config.pop("mode", "multi_processing")
     args = (
-        []
-        if workers == 1
-        else [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+        [] if workers == 1 else [f"--direct_num_workers={workers}", f"--direct_running_mode={mode}"]
     )
     base = ShardConfig(input=inputs, output=os.path.join(out_root, name), overwrite=True)
 
@@ -200,6 +201,9 @@ def write_variants(csv_path: str, out_root: str, real: dict[str, str] | None) ->
         variants["plain_writer"] = plain
         return variants
     variants |= {
+        "beam_2_threads": _shard_variant(
+            csv_path, out_root, "threads2", workers=2, mode="multi_threading"
+        ),
         "beam_rows": _shard_variant(csv_path, out_root, "rows", columnar=False),
         "beam_parquet": _shard_variant(real["parquet"], out_root, "parquet"),
         "beam_jsonl": _shard_variant(real["jsonl"], out_root, "jsonl"),
@@ -293,10 +297,9 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
         for peer in ("plain_writer", "pandas_script", "beam_rows"):
             if peer in w:
                 out[f"{table}: beam/{peer}"] = beam / w[peer]["median_per_s"]
-        if "beam_2_workers" in w:
-            out[f"{table}: beam_2_workers/beam (one file)"] = (
-                w["beam_2_workers"]["median_per_s"] / beam
-            )
+        for two in ("beam_2_workers", "beam_2_threads"):
+            if two in w:
+                out[f"{table}: {two}/beam (one file)"] = w[two]["median_per_s"] / beam
         for fmt in ("parquet", "jsonl"):
             if f"beam_{fmt}" in w:
                 out[f"{table}: beam_{fmt}/beam (same rows as CSV)"] = (

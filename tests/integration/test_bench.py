@@ -270,8 +270,8 @@ def test_the_write_part_measures_every_variant_on_small_tables(tmp_path, monkeyp
     assert set(results["write"]) == {"pandas_script", "beam", "beam_2_workers", "plain_writer"}
     real = results["write_real"]
     assert set(real) == {
-        "pandas_script", "beam", "beam_2_workers", "beam_rows", "beam_parquet", "beam_jsonl",
-        "arrow_parse", "encoder",
+        "pandas_script", "beam", "beam_2_workers", "beam_2_threads", "beam_rows",
+        "beam_parquet", "beam_jsonl", "arrow_parse", "encoder",
     }  # fmt: skip
     rows = 4 * 2000
     assert {real[k]["items"] for k in ("pandas_script", "arrow_parse", "encoder")} == {rows}
