@@ -47,7 +47,7 @@ def string_buffers(array: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return offsets, data, valid
 
 
-def _string_array(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> Any:
+def string_array(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> Any:
     """An Arrow ``large_string`` array of (offsets, data), null where ``valid`` is False."""
     import pyarrow as pa
 
@@ -79,6 +79,72 @@ class Column:
     floats: np.ndarray | None = None
 
 
+@dataclasses.dataclass
+class TypedCells:
+    """Text cells typed as a feature's dtype (:func:`type_cells`).
+
+    Attributes:
+        state: MISSING, PRESENT or UNUSUAL per cell.
+        start: Where each cell's stripped text starts in the data.
+        end: Where it ends.
+        ints: An INT cell's value.
+        floats: A PRESENT FLOAT cell's double.
+        exact: Whether a FLOAT cell's double is one IEEE operation on its text (its own text is
+            then its shortest round-trip text).
+
+    """
+
+    state: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    ints: np.ndarray
+    floats: np.ndarray
+    exact: np.ndarray
+
+
+_NA = [v.encode() for v in DEFAULT_NA_VALUES]
+_NA_OFFSETS = np.cumsum([0, *(len(v) for v in _NA)]).astype(np.int64)
+_NA_DATA = np.frombuffer(b"".join(_NA), np.uint8)
+
+
+def type_cells(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray, kind: int) -> TypedCells:
+    """Type an Arrow string array's cells (offsets, data, valid) as ``kind`` (INT, FLOAT, BYTES).
+
+    The compiled rules of :func:`text_loops.classify_cells`; for FLOAT, the plain decimals one
+    IEEE operation does not read are parsed by Arrow's cast, which reads them as Python does.
+    """
+    import pyarrow as pa
+
+    n = len(offsets) - 1
+    cells = TypedCells(
+        np.empty(n, np.uint8),
+        np.empty(n, np.int64),
+        np.empty(n, np.int64),
+        np.zeros(n, np.int64),
+        np.zeros(n, np.float64),
+        np.zeros(n, bool),
+    )
+    text_loops.classify_cells(
+        offsets,
+        data,
+        valid,
+        kind,
+        _NA_DATA,
+        _NA_OFFSETS,
+        cells.state,
+        cells.start,
+        cells.end,
+        cells.ints,
+        cells.floats,
+        cells.exact,
+    )
+    rest = (cells.state == kernels.PRESENT) & ~cells.exact
+    if kind == kernels.FLOAT and rest.any():
+        spans = string_array(*text_loops.gather_spans(data, cells.start, cells.end, rest), rest)
+        cells.floats[rest] = spans.cast(pa.float64()).to_numpy(zero_copy_only=False)[rest]
+    return cells
+
+
 _KINDS = {"int64": kernels.INT, "float32": kernels.FLOAT, "string": kernels.BYTES}
 _INT64_LIMIT = 2.0**63
 
@@ -98,10 +164,6 @@ class BatchConverter:
         self.splits = splits
         self.key_column = key_column
         self._cumulative = np.cumsum(splits.weights).astype(np.int64)
-        na = [v.encode() for v in DEFAULT_NA_VALUES]
-        self._na_offsets = np.zeros(len(na) + 1, np.int64)
-        np.cumsum([len(v) for v in na], out=self._na_offsets[1:])
-        self._na_data = np.frombuffer(b"".join(na), np.uint8)
         self._label = schema.label
         self._label_float = bool(self._label and schema.feature(self._label).dtype == "float32")
         self._tracked = [
@@ -220,46 +282,22 @@ class BatchConverter:
     def _text_column(
         self, feature: Feature, offsets: np.ndarray, data: np.ndarray, valid: np.ndarray
     ) -> Column:
-        """A column of text cells typed as the feature's dtype (:func:`kernels.classify_cells`)."""
-        import pyarrow as pa
-
+        """A column of text cells typed as the feature's dtype (:func:`type_cells`)."""
         kind = _KINDS[feature.dtype]
-        n = len(offsets) - 1
-        state = np.empty(n, np.uint8)
-        start = np.empty(n, np.int64)
-        end = np.empty(n, np.int64)
-        ints = np.zeros(n, np.int64)
-        floats = np.zeros(n, np.float64)
-        exact = np.zeros(n, bool)
-        text_loops.classify_cells(
-            offsets,
-            data,
-            valid,
-            kind,
-            self._na_data,
-            self._na_offsets,
-            state,
-            start,
-            end,
-            ints,
-            floats,
-            exact,
-        )
+        cells = type_cells(offsets, data, valid, kind)
+        state, start, end = cells.state, cells.start, cells.end
         if kind != kernels.FLOAT:
-            return Column(kind, state, ints, data, start, end)
-        # the rest of the plain decimals: parsed by Arrow's cast, printed by Arrow's
-        rest = (state == kernels.PRESENT) & ~exact
+            return Column(kind, state, cells.ints, data, start, end)
+        # a plain decimal one IEEE operation reads prints as its own text; the others as Arrow's
+        rest = (state == kernels.PRESENT) & ~cells.exact
         source = data
         if rest.any():
-            spans = _string_array(*text_loops.gather_spans(data, start, end, rest), rest)
-            floats[rest] = spans.cast(pa.float64()).to_numpy(zero_copy_only=False)[rest]
-            fits = _fits_float32(floats, rest)
-            printed_offsets, printed_data = _arrow_float_text(floats, fits)
+            fits = _fits_float32(cells.floats, rest)
+            printed_offsets, printed_data = _arrow_float_text(cells.floats, fits)
             source = np.concatenate([data, printed_data])
             start[fits] = len(data) + printed_offsets[:-1][fits]
             end[fits] = len(data) + printed_offsets[1:][fits]
-            state[rest & ~fits] = kernels.UNUSUAL  # inf, or out of float32's range
-        return self._float_column(floats, state, source, start, end)
+        return self._float_column(cells.floats, state, source, start, end)
 
     @staticmethod
     def _float_column(
@@ -299,7 +337,7 @@ class BatchConverter:
             values = array.cast(pa.float64()).fill_null(np.nan).to_numpy()
             valid = _valid(array)
             offsets, text = _python_floats(values, valid)
-            array = pc.if_else(valid, _string_array(offsets, text), "None")
+            array = pc.if_else(valid, string_array(offsets, text), "None")
         elif pa.types.is_boolean(t):
             array = pc.if_else(array, "True", "False")
         elif pa.types.is_integer(t) or pa.types.is_null(t):
@@ -422,7 +460,7 @@ class BatchConverter:
         else:
             start, end = column.start[rows], column.end[rows]
             spans = text_loops.gather_spans(column.text, start, end, np.ones(len(rows), bool))
-            encoded = _string_array(*spans).dictionary_encode()
+            encoded = string_array(*spans).dictionary_encode()
             labels = encoded.dictionary.to_pylist()
             codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         counts = np.bincount(split * len(labels) + codes, minlength=len(names) * len(labels))

@@ -26,14 +26,13 @@ import numpy as np
 
 from tfrecord_suite.io import storage
 from tfrecord_suite.schema import (
-    DEFAULT_NA_VALUES,
     MAX_CATEGORICAL_LENGTH,
     ColumnSample,
     is_finite_number,
     is_integer,
 )
 from tfrecord_suite.shard import kernels, sources
-from tfrecord_suite.shard.batch_convert import string_buffers
+from tfrecord_suite.shard.batch_convert import string_array, string_buffers, type_cells
 from tfrecord_suite.shard.kernels import text as text_loops
 from tfrecord_suite.shard.read_convert import BatchPath, parse_plain_lines, plain_header
 from tfrecord_suite.shard.sources import FileRange, ReadOptions
@@ -178,35 +177,15 @@ def _text_sample(array: Any) -> ColumnSample:
     import pyarrow.compute as pc
 
     offsets, data, valid = string_buffers(array)
-    n = len(offsets) - 1
-    na = [v.encode() for v in DEFAULT_NA_VALUES]
-    na_offsets = np.zeros(len(na) + 1, np.int64)
-    np.cumsum([len(v) for v in na], out=na_offsets[1:])
-    na_data = np.frombuffer(b"".join(na), np.uint8)
-
-    def classify(kind: int) -> tuple[np.ndarray, ...]:
-        state, start, end = np.empty(n, np.uint8), np.empty(n, np.int64), np.empty(n, np.int64)
-        ints, floats, exact = np.zeros(n, np.int64), np.zeros(n), np.zeros(n, bool)
-        text_loops.classify_cells(
-            offsets, data, valid, kind, na_data, na_offsets, state, start, end, ints, floats, exact
-        )
-        return state, start, end, ints, floats, exact
-
-    int_state, start, end, ints, _, _ = classify(kernels.INT)
-    float_state, _, _, _, floats, exact = classify(kernels.FLOAT)
+    as_int = type_cells(offsets, data, valid, kernels.INT)
+    as_float = type_cells(offsets, data, valid, kernels.FLOAT)
+    int_state, float_state, floats = as_int.state, as_float.state, as_float.floats
     present = int_state != kernels.MISSING
-    spans = text_loops.gather_spans(data, start, end, present)
-    texts = pa.Array.from_buffers(
-        pa.large_string(), n, [None, pa.py_buffer(spans[0]), pa.py_buffer(spans[1])]
-    ).filter(pa.array(present))
-    # the plain decimals one IEEE operation does not give: Arrow's cast, as the batch path does
-    rest = (float_state == kernels.PRESENT) & ~exact
-    if rest.any():
-        parsed = texts.filter(pa.array(rest[present])).cast(pa.float64()).to_numpy()
-        floats[rest] = parsed
+    spans = text_loops.gather_spans(data, as_int.start, as_int.end, present)
+    texts = string_array(*spans).filter(pa.array(present))
     is_int = int_state == kernels.PRESENT
     is_float = (float_state == kernels.PRESENT) & np.isfinite(floats)
-    ints_obj = ints.astype(object)
+    ints_obj = as_int.ints.astype(object)
     odd = np.flatnonzero(
         present & ((int_state == kernels.UNUSUAL) | (float_state == kernels.UNUSUAL))
     )
