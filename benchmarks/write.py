@@ -17,9 +17,11 @@ file. Variants:
 * The ceilings, on the real table's CSV: ``arrow_parse``, Arrow's CSV reader on the whole file
   (one thread, every column as text, as the step has it parse); ``encoder``, the batch path's
   conversion alone (:class:`~tfrecord_suite.shard.batch_convert.BatchConverter`: typing, split
-  keys, hashes, splits, examples, statistics) on the parsed table, in memory. The step's share
-  of each, and of parsing then encoding each row one after the other
-  (``parse_encode_bound`` = 1 / (1/arrow_parse + 1/encoder)), say what bounds it.
+  keys, hashes, splits, examples, statistics) on the parsed table, in memory; ``writer``, the
+  step's shard writing alone on the converted records (grouping by shard, sorting, framing,
+  writing the files; no disk shuffle, no Beam). The step's share of each, and of doing them one
+  after the other (``parse_encode_bound`` = 1 / (1/arrow_parse + 1/encoder),
+  ``parse_encode_write_bound`` with the writer too), say what bounds it.
 
 The step's peak memory on the real CSV (one worker, its own process) is measured beside them.
 """
@@ -208,18 +210,25 @@ def write_variants(csv_path: str, out_root: str, real: dict[str, str] | None) ->
         "beam_parquet": _shard_variant(real["parquet"], out_root, "parquet"),
         "beam_jsonl": _shard_variant(real["jsonl"], out_root, "jsonl"),
     }
-    variants |= ceilings(csv_path)
+    variants |= ceilings(csv_path, out_root)
     return variants
 
 
-def ceilings(csv_path: str) -> dict[str, Callable[[], int]]:
-    """Arrow's parse of the file alone, and the batch path's conversion alone (in memory)."""
+def ceilings(csv_path: str, out_root: str) -> dict[str, Callable[[], int]]:
+    """Arrow's parse of the file alone, the batch path's conversion alone, and the writing alone.
+
+    Each on what the one before it made, in memory: the conversion on the parsed table, the
+    writing (grouping by shard, sorting, framing, writing the files) on the converted records.
+    """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from tfrecord_suite.shard import convert, sources
+    from tfrecord_suite.shard import convert, plan, sources
     from tfrecord_suite.shard.batch_convert import BatchConverter
+    from tfrecord_suite.shard.records import Records
     from tfrecord_suite.shard.step import ShardConfig, resolve_schema
+    from tfrecord_suite.shard.transforms import WRITE_RECORDS
 
     names = sources.csv_header(csv_path, sources.ReadOptions(format="csv"))
 
@@ -239,17 +248,41 @@ def ceilings(csv_path: str) -> dict[str, Callable[[], int]]:
     converter = BatchConverter(schema, convert.SplitSpec.parse(ShardConfig.splits), None)
     parsed: list[Any] = []
 
+    converted: list[Any] = []
+
     def encode() -> int:
         if not parsed:
             parsed.append(parse().to_batches(32768))  # the step converts a range at a time
-        rows = 0
+        converted.clear()
         for batch in parsed[0]:
             arrays = {name: batch.column(name) for name in names}
             records, _, _ = converter.convert(arrays, batch.num_rows, "csv")
-            rows += len(records)
-        return rows
+            converted.append(records)
+        return sum(len(r) for r in converted)
 
-    return {"arrow_parse": lambda: parse().num_rows, "encoder": encode}
+    def write() -> int:
+        """The step's shard writing on converted records: no disk shuffle, no Beam."""
+        if not converted:
+            encode()
+        records = Records.concat(converted)
+        split_names = converter.splits.names
+        sizes = {k: (v[0], v[1]) for k, v in records.sizes(split_names).items()}
+        shard_plan = plan.plan_shards(
+            sizes, ShardConfig(input="", output="").plan_config(), split_names
+        )
+        counts = np.array([shard_plan[name]["num_shards"] for name in split_names])
+        folder = os.path.join(out_root, "writer")
+        os.makedirs(folder, exist_ok=True)
+        for key, shard in records.groups(
+            records.split.astype(np.int64) * counts.max() + records.shard_of(counts)
+        ):
+            with open(os.path.join(folder, f"{key}.tfrecord"), "wb") as fh:
+                order = shard.sort_order()
+                for i in range(0, len(shard), WRITE_RECORDS):
+                    fh.write(shard.framed(order[i : i + WRITE_RECORDS]))
+        return len(records)
+
+    return {"arrow_parse": lambda: parse().num_rows, "encoder": encode, "writer": write}
 
 
 def peak_rss_mb(csv_path: str, out_dir: str) -> dict[str, float]:
@@ -316,13 +349,14 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
 
 
 def write_bounds(w: dict[str, Any]) -> dict[str, float]:
-    """The ceilings in rows per second: the parse alone, the encoder alone, and both in turn."""
-    parse, encode = w["arrow_parse"]["median_per_s"], w["encoder"]["median_per_s"]
-    return {
-        "arrow_parse": parse,
-        "encoder": encode,
-        "parse_encode_bound": 1 / (1 / parse + 1 / encode),
-    }
+    """The ceilings in rows per second: each alone, and parsing, converting, writing in turn."""
+    bounds = {k: w[k]["median_per_s"] for k in ("arrow_parse", "encoder", "writer") if k in w}
+    bounds["parse_encode_bound"] = 1 / (1 / bounds["arrow_parse"] + 1 / bounds["encoder"])
+    if "writer" in bounds:
+        bounds["parse_encode_write_bound"] = 1 / sum(
+            1 / bounds[k] for k in ("arrow_parse", "encoder", "writer")
+        )
+    return bounds
 
 
 def _write_tables(results: dict[str, Any]) -> list[str]:

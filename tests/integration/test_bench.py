@@ -231,6 +231,7 @@ def test_write_ratios_against_the_peers_and_the_ceilings():
         "beam_jsonl": {"median_per_s": 30.0},
         "arrow_parse": {"median_per_s": 300.0},
         "encoder": {"median_per_s": 150.0},
+        "writer": {"median_per_s": 300.0},
     }
     results["write_real_peak"] = {"peak_rss_mb": 512, "seconds": 20.0}
     results["ratios"] = r = run.ratios(results)
@@ -242,6 +243,8 @@ def test_write_ratios_against_the_peers_and_the_ceilings():
     assert r["nycflights13 x4: beam/arrow_parse"] == 0.2
     assert r["nycflights13 x4: beam/encoder"] == 0.4
     assert r["nycflights13 x4: beam/parse_encode_bound"] == pytest.approx(60 / 100)
+    assert r["nycflights13 x4: beam/writer"] == 0.2
+    assert r["nycflights13 x4: beam/parse_encode_write_bound"] == pytest.approx(60 / 75)
     assert r["nycflights13 x4: beam peak RSS/1 GB"] == 0.5
     text = run.markdown(results)
     assert "| synthetic: beam/pandas_script | 0.75 | >= 1.2 | **no** |" in text
@@ -271,10 +274,12 @@ def test_the_write_part_measures_every_variant_on_small_tables(tmp_path, monkeyp
     real = results["write_real"]
     assert set(real) == {
         "pandas_script", "beam", "beam_2_workers", "beam_2_threads", "beam_rows",
-        "beam_parquet", "beam_jsonl", "arrow_parse", "encoder",
+        "beam_parquet", "beam_jsonl", "arrow_parse", "encoder", "writer",
     }  # fmt: skip
     rows = 4 * 2000
-    assert {real[k]["items"] for k in ("pandas_script", "arrow_parse", "encoder")} == {rows}
+    assert {real[k]["items"] for k in ("pandas_script", "arrow_parse", "encoder", "writer")} == {
+        rows
+    }
     # every variant of the step wrote every row, whatever the format
     assert all(real[k]["items"] == rows for k in real if k.startswith("beam"))
     assert results["write_real_peak"]["peak_rss_mb"] > 0
