@@ -122,7 +122,7 @@ DECIMALS = st.builds(
 def test_a_plain_decimal_parses_and_prints_as_python_does(text):
     data = np.frombuffer(text.encode(), np.uint8)
     assert text_loops._is_decimal(data, 0, len(data))
-    exact, value = text_loops._exact_decimal(data, 0, len(data))
+    exact, value = text_loops._exact_decimal(data, 0, len(data), np.empty(32, np.uint8))
     if exact:
         assert value == float(text) and np.signbit(value) == np.signbit(float(text))
         offsets, printed = text_loops.python_float_text(

@@ -42,6 +42,10 @@ def _put_int(out: np.ndarray, at: int, value: int) -> int:
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 _NULL = np.frombuffer(b"null", np.uint8)
+#: What follows the backslash of a character ``json.dumps`` escapes by name (0: none).
+_ESCAPED = np.zeros(128, np.uint8)
+for _char, _name in zip(b'"\\\n\r\t\b\f', b'"\\nrtbf', strict=True):
+    _ESCAPED[_char] = _name
 
 
 @compiled
@@ -64,33 +68,13 @@ def _put_json_string(out: np.ndarray, at: int, data: np.ndarray, start: int, end
     while k < end:
         cp, size = decode_utf8(data, k)
         k += size
-        if cp == 34 or cp == 92:  # " \
+        if cp < 128 and _ESCAPED[cp]:  # " \ and the control characters JSON names
             out[at] = 92
-            out[at + 1] = cp
+            out[at + 1] = _ESCAPED[cp]
             at += 2
         elif 32 <= cp <= 126:
             out[at] = cp
             at += 1
-        elif cp == 10:
-            out[at] = 92
-            out[at + 1] = 110
-            at += 2
-        elif cp == 13:
-            out[at] = 92
-            out[at + 1] = 114
-            at += 2
-        elif cp == 9:
-            out[at] = 92
-            out[at + 1] = 116
-            at += 2
-        elif cp == 8:
-            out[at] = 92
-            out[at + 1] = 98
-            at += 2
-        elif cp == 12:
-            out[at] = 92
-            out[at + 1] = 102
-            at += 2
         elif cp < 0x10000:
             at = _put_u16(out, at, cp)
         else:

@@ -157,64 +157,76 @@ _POWERS_OF_TEN = np.array([10.0**k for k in range(23)])  # exact doubles
 
 
 @compiled
-def _exact_decimal(data: np.ndarray, start: int, end: int) -> tuple[bool, float]:
+def _decimal_digits(
+    data: np.ndarray, start: int, end: int, digits: np.ndarray
+) -> tuple[bool, int, int]:
+    """A plain decimal's sign, significant digits and decimal point: 0.d1d2...dn x 10**point.
+
+    The digits (ASCII) go to ``digits`` as far as it holds them, zeros after the last nonzero
+    digit left out; their count is returned even past that. The one parser of decimal texts,
+    for reading a cell's double (:func:`_exact_decimal`) and printing one
+    (:func:`python_float_text`).
+    """
+    negative = data[start] == 45  # -
+    at = start + 1 if data[start] == 45 or data[start] == 43 else start
+    count = 0
+    zeros = 0  # zeros after the last nonzero digit so far
+    point = 0
+    seen_point = False
+    exponent = 0
+    while at < end:
+        c = data[at]
+        at += 1
+        if c == 46:  # .
+            seen_point = True
+        elif c == 101 or c == 69:  # e E
+            sign = 1
+            if data[at] == 45 or data[at] == 43:
+                sign = -1 if data[at] == 45 else 1
+                at += 1
+            while at < end:
+                exponent = min(exponent * 10 + (data[at] - 48), 1 << 20)  # far past any double
+                at += 1
+            exponent *= sign
+        elif count == 0 and c == 48:  # a leading zero
+            if seen_point:
+                point -= 1
+        else:
+            if not seen_point:
+                point += 1
+            if c == 48:
+                zeros += 1
+                continue
+            for _ in range(zeros):
+                if count < len(digits):
+                    digits[count] = 48
+                count += 1
+            if count < len(digits):
+                digits[count] = c
+            count += 1
+            zeros = 0
+    return negative, count, point + exponent
+
+
+@compiled
+def _exact_decimal(
+    data: np.ndarray, start: int, end: int, digits: np.ndarray
+) -> tuple[bool, float]:
     """A plain decimal's double when a single IEEE operation gives it exactly rounded.
 
     Clinger's fast path: at most 15 significant digits (an integer below 2**53) times or over a
     power of ten up to 10**22 (exact doubles) is one correctly rounded multiplication or
     division, the double ``float(text)`` gives. Other spellings: ``(False, 0.0)``.
     """
-    i = start
-    negative = False
-    if data[i] == 43 or data[i] == 45:
-        negative = data[i] == 45
-        i += 1
-    digits = 0
-    mantissa = 0
-    exponent = 0
-    zeros = 0  # trailing zeros not yet counted into the mantissa
-    seen_point = False
-    while i < end:
-        c = data[i]
-        if c == 46:
-            seen_point = True
-        elif c == 101 or c == 69:
-            break
-        else:
-            d = c - 48
-            if seen_point:
-                exponent -= 1
-            if d == 0 and digits == 0:
-                pass  # a leading zero
-            elif d == 0:
-                zeros += 1
-            else:
-                for _ in range(zeros):
-                    mantissa *= 10
-                digits += zeros + 1
-                zeros = 0
-                if digits > 15:
-                    return False, 0.0
-                mantissa = mantissa * 10 + d
-        i += 1
-    exponent += zeros
-    if i < end:  # the exponent
-        i += 1
-        sign = 1
-        if data[i] == 43 or data[i] == 45:
-            sign = -1 if data[i] == 45 else 1
-            i += 1
-        if end - i > 4:
-            return False, 0.0
-        value = 0
-        while i < end:
-            value = value * 10 + (data[i] - 48)
-            i += 1
-        exponent += sign * value
-    if mantissa == 0:
+    negative, count, point = _decimal_digits(data, start, end, digits)
+    if count == 0:
         return True, -0.0 if negative else 0.0
-    if exponent < -22 or exponent > 22:
+    exponent = point - count
+    if count > 15 or exponent < -22 or exponent > 22:
         return False, 0.0
+    mantissa = 0
+    for k in range(count):
+        mantissa = mantissa * 10 + (digits[k] - 48)
     x = np.float64(mantissa)
     x = x * _POWERS_OF_TEN[exponent] if exponent >= 0 else x / _POWERS_OF_TEN[-exponent]
     return True, -x if negative else x
@@ -244,6 +256,7 @@ def classify_cells(
     gives (:func:`_exact_decimal`) has it in ``floats`` and ``exact`` set; Arrow parses the rest.
     """
     n = len(offsets) - 1
+    digits = np.empty(32, np.uint8)
     longest_na = 0
     na_first = np.zeros(256, np.bool_)  # the first bytes of the NA strings
     na_empty = False
@@ -276,7 +289,7 @@ def classify_cells(
         elif kind == FLOAT:
             if _is_decimal(data, s, e):
                 state[i] = PRESENT
-                exact[i], floats[i] = _exact_decimal(data, s, e)
+                exact[i], floats[i] = _exact_decimal(data, s, e, digits)
             else:
                 state[i] = UNUSUAL
         else:
@@ -329,58 +342,14 @@ def python_float_text(
         if data[s] == 45:  # -
             out[at] = 45
             at += 1
-            s += 1
-        elif data[s] == 43:  # +
-            s += 1
-        if data[s] == 105 or data[s] == 110:  # inf, nan
-            for k in range(s, e):
+        body = s + 1 if data[s] == 45 or data[s] == 43 else s
+        if data[body] == 105 or data[body] == 110:  # inf, nan
+            for k in range(body, e):
                 out[at] = data[k]
                 at += 1
             out_offsets[i + 1] = at
             continue
-        # digits and the position of the point: value = 0.d1d2...dn x 10^point; zeros after
-        # the last nonzero digit are counted, not kept (a cell may have any number of them)
-        count = 0
-        zeros = 0
-        point = 0
-        seen_point = False
-        exponent = 0
-        k = s
-        while k < e:
-            c = data[k]
-            if c == 46:
-                seen_point = True
-            elif c == 101 or c == 69:
-                sign = 1
-                k += 1
-                if data[k] == 45:
-                    sign = -1
-                    k += 1
-                elif data[k] == 43:
-                    k += 1
-                value = 0
-                while k < e:
-                    value = value * 10 + (data[k] - 48)
-                    k += 1
-                exponent = sign * value
-                break
-            else:
-                if count == 0 and c == 48:  # a leading zero
-                    if seen_point:
-                        point -= 1
-                else:
-                    if not seen_point:
-                        point += 1
-                    if c == 48:
-                        zeros += 1
-                    else:
-                        for _ in range(zeros):
-                            digits[count] = 48
-                            count += 1
-                        zeros = 0
-                        digits[count] = c
-                        count += 1
-            k += 1
+        _, count, point = _decimal_digits(data, s, e, digits)
         if count == 0:  # zero
             out[at] = 48
             out[at + 1] = 46
@@ -388,7 +357,6 @@ def python_float_text(
             at += 3
             out_offsets[i + 1] = at
             continue
-        point += exponent
         if -4 < point <= 16:
             if point <= 0:
                 out[at] = 48
