@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import subprocess
 import sys
 
 import google_crc32c
@@ -304,3 +305,21 @@ def test_without_a_writable_cache_the_loops_compile_per_process_and_say_so(tmp_p
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [line for line in proc.stderr.splitlines() if "cannot be cached" in line]
     assert len(warnings) == 1 and "NUMBA_CACHE_DIR" in warnings[0]
+
+
+def test_without_numba_the_cli_imports_and_a_loop_says_what_to_install():
+    # the trainer images install no shard extra and still run `tfrecord-suite train`
+    script = (
+        "import sys; sys.modules['numba'] = None\n"
+        "import tfrecord_suite.cli.main\n"
+        "from tfrecord_suite.errors import UserError\n"
+        "from tfrecord_suite.shard.kernels import keys\n"
+        "try:\n"
+        "    keys.json_keys()\n"
+        "except UserError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert "needs numba" in out and "tfrecord-suite[shard]" in out

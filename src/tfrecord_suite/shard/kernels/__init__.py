@@ -27,7 +27,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from tfrecord_suite.errors import UserError
+
+try:
+    from numba import njit
+except ImportError:  # the trainer images (no shard extra) import the CLI, never run these loops
+    njit = None
 
 #: What a cell became (:func:`.text.classify_cells`).
 MISSING, PRESENT, UNUSUAL = 0, 1, 2
@@ -46,8 +52,11 @@ def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     Where no cache folder can be written (beside the package, nor ``NUMBA_CACHE_DIR``, nor the
     user's cache), numba refuses to cache: the loop is then compiled by each process, and the
-    first such loop says so once.
+    first such loop says so once. Where numba is not installed (an image without the ``shard``
+    extra), the module still imports and a call says what to install.
     """
+    if njit is None:
+        return _needs_numba(fn.__name__)
     try:
         return njit(cache=True, nogil=True)(fn)
     except RuntimeError as exc:  # "cannot cache function ...: no locator available"
@@ -59,6 +68,16 @@ def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
             )
         _UNCACHED.append(fn.__name__)
         return njit(nogil=True)(fn)
+
+
+def _needs_numba(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise UserError(
+            f"the shard step's compiled loop {name} needs numba, which this installation lacks: "
+            "pip install 'tfrecord-suite[shard]'"
+        )
+
+    return refuse
 
 
 @compiled
