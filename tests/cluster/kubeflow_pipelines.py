@@ -13,8 +13,8 @@ platform-agnostic-multi-user`` of the release's source archive), changed only as
   the suite's pin, Debian's netcat for Alpine's, the profile controller's Python.
 
 Then the profile namespace :data:`PROFILE`, as Kubeflow's profile controller makes it (its
-accounts and role bindings), labelled for Pod Security ``restricted`` and for Kubeflow
-Pipelines, and given what KFP's own profile controller (``sync.py``, running as upstream
+accounts and role bindings, and the labels it sets in Kubeflow 1.10.2's default install: Pod
+Security ``baseline`` enforced, Kubeflow Pipelines enabled), and given what KFP's own profile controller (``sync.py``, running as upstream
 deploys it) returns for it: the harness posts the namespace to it as Metacontroller would, since
 Metacontroller cannot be built here, and applies what it answers.
 """
@@ -237,9 +237,12 @@ def install(cluster: Cluster) -> None:
 
 def make_profile(cluster: Cluster, namespace: str = PROFILE, owner: str = PROFILE_OWNER) -> None:
     """The profile namespace, as Kubeflow's profile controller and KFP's make it."""
+    from fakes.pod_security import kubeflow_profile_labels
+
     cluster.apply(KUBEFLOW_ROLES.read_text())
     stream = (OVERLAY / "profile.yaml").read_text()
-    cluster.apply(host.substitute(stream, NAMESPACE=namespace, OWNER=owner))
+    labels = json.dumps(kubeflow_profile_labels())
+    cluster.apply(host.substitute(stream, NAMESPACE=namespace, OWNER=owner, LABELS=labels))
     for child in sync_profile(cluster, namespace):
         cluster.apply(json.dumps(child))
 

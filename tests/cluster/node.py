@@ -13,7 +13,7 @@ actions do):
 * pod networking on a bridge of our own and the service network by kube-proxy in nftables mode
   (``host.py`` says what that changes on the machine);
 * the add-ons of ``addons.py``: CoreDNS, the NetworkPolicy engine, JobSet and the Kubeflow
-  Trainer; and Kubeflow Pipelines (``kfp.py``).
+  Trainer; and Kubeflow Pipelines (``kubeflow_pipelines.py``).
 
 The parts' configuration files are in ``config/`` beside this module, with ``${NAME}``
 placeholders filled in when they are written into the state folder.

@@ -171,7 +171,7 @@ def _check_upload(upload, platform):
 
 
 @pytest.mark.gcs
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
+@pytest.mark.usefixtures("kubectl")
 @pytest.mark.parametrize("digest", ["", DIGEST], ids=["by tag", "pinned by digest"])
 def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say(
     tmp_path, gcs_bucket, monkeypatch, digest
