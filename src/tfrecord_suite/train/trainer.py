@@ -70,6 +70,11 @@ class TrainConfig:
         feature_config: Feature transforms of the built-in model: a YAML/JSON file (local or
             gs://) or inline text; empty infers them from the schema. Ignored with model_fn.
         seed: Random seed (file order, shuffles, weights).
+        reproducible: Train reproducibly: TensorFlow's op determinism on for the run
+            (``tf.config.experimental.enable_op_determinism``) and the reader's element order
+            kept (its ``deterministic``), so that the same seed, version, strategy and machine
+            give the same weights (``weights_digest``), bit for bit. Slower: the input pipeline
+            keeps its order and some ops give up their parallel algorithm.
         reader: The tf.data reader's knobs (flat flags: ``--cycle-length``, ``--shuffle-buffer``,
             ``--cache``...); the batch size, the seed and repeating are set per input pipeline.
         checkpoint_every_steps: Also back up every N steps (0: each epoch only).
@@ -102,6 +107,7 @@ class TrainConfig:
     model_fn: str | None = None
     feature_config: str = ""
     seed: int = 42
+    reproducible: bool = False
     reader: ReaderConfig = dataclasses.field(
         default_factory=ReaderConfig,
         # flags of their own for its fields, except those set per input pipeline
@@ -162,6 +168,7 @@ class TrainConfig:
             self.reader,
             batch_size=batch_size,
             seed=self.seed,
+            deterministic=self.reader.deterministic or self.reproducible,
             shuffle_buffer=self.reader.shuffle_buffer if training else 0,
             cache=self.reader.cache if training else "",
             repeat=training,
@@ -244,6 +251,31 @@ def run_train(config: TrainConfig) -> TrainMetrics:
 
     """
     config.validate()
+    with _op_determinism(config.reproducible):
+        return _train(config)
+
+
+@contextlib.contextmanager
+def _op_determinism(on: bool) -> Iterator[None]:
+    """TensorFlow's op determinism on for the block where ``on``.
+
+    The switch is process-wide: it is put back as it was after, for the next run in the same
+    process.
+    """
+    from tensorflow.python.framework import config as tf_config
+
+    was = tf_config.is_op_determinism_enabled()
+    if on and not was:
+        tf_config.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if on and not was:
+            tf_config.disable_op_determinism()
+
+
+def _train(config: TrainConfig) -> TrainMetrics:
+    """:func:`run_train`'s phases, on a validated config."""
     data = _resolve_input(config)
     built = _build_model(config, data)
     model_dir = storage.normalize(config.model_dir)
