@@ -29,6 +29,7 @@ from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
 from tfrecord_suite.train.metrics import METRICS_FILE, TrainMetrics
 from tfrecord_suite.train.reader import FeatureDecoder, ImageFeed, ReaderConfig, make_dataset
+from tfrecord_suite.train.served import ShareOptions
 from tfrecord_suite.train.service import (
     InputService,
     LocalDataService,
@@ -201,6 +202,7 @@ class _Input:
     """What the run reads, resolved once: the version, its splits' files and the batch sizes."""
 
     manifest: Manifest
+    version_dir: str
     schema: Schema
     files: dict[str, list[str]]
     compression: str
@@ -414,6 +416,7 @@ def _resolve_input(config: TrainConfig) -> _Input:
         _LOG.info(advice)
     return _Input(
         manifest=manifest,
+        version_dir=vdir,
         schema=schema,
         files={s: shard_uris(manifest, vdir, s) for s in splits},
         compression=manifest.compression,
@@ -578,11 +581,11 @@ def _fit(
         len(data.files["train"]),
         strategy_lib.cluster_workers() or 1,
     )
-    with served_input(config) as (address, watchdog, service_info):
+    with served_input(config, data) as (served, address, watchdog, service_info):
         if watchdog is not None:
             callbacks.append(watchdog.callback())
         history = built.model.fit(
-            _input_fn(config, data, built, "train", True, service=address),
+            _input_fn(served, data, built, "train", True, service=address),
             epochs=config.epochs,
             steps_per_epoch=data.steps_per_epoch,
             shuffle=False,  # the reader shuffles; Keras would only warn that it cannot
@@ -600,16 +603,18 @@ def _fit(
 
 @contextlib.contextmanager
 def served_input(
-    config: TrainConfig,
-) -> Iterator[tuple[str, StallWatchdog | None, dict[str, Any]]]:
-    """The dispatcher training reads through (``""``: none), its watchdog, what to report of it.
+    config: TrainConfig, data: _Input | None = None
+) -> Iterator[tuple[TrainConfig, str, StallWatchdog | None, dict[str, Any]]]:
+    """The config training reads with, its dispatcher (``""``: none), watchdog and report.
 
-    The report is filled in when the block ends (the local workers' restarts).
-    ``local:N`` starts the dispatcher and workers here for the run and stops them after.
+    The report is filled in when the block ends (the local workers' restarts). ``local:N``
+    starts the dispatcher and workers here for the run and stops them after; where the shards
+    would be staged (``s3://``), each worker first stages its share and the config names their
+    copies (:mod:`~tfrecord_suite.train.served`).
     """
     wanted = InputService.parse(config.input_service)
     if wanted is None:
-        yield "", None, {}
+        yield config, "", None, {}
         return
     if wanted.cluster_workers:
         raise UserError(
@@ -620,12 +625,21 @@ def served_input(
     with contextlib.ExitStack() as stack:
         address, local = wanted.address, None
         if wanted.local_workers:
-            local = stack.enter_context(LocalDataService(wanted.local_workers))
+            stage = None
+            if data is not None and config.reader.stages(data.files["train"]):
+                stage = ShareOptions(
+                    stage_dataset=data.version_dir,
+                    stage_pipelines=strategy_lib.cluster_workers() or 1,
+                )
+            local = stack.enter_context(LocalDataService(wanted.local_workers, stage=stage))
             address = local.address
+            if local.served_copies:
+                reader = dataclasses.replace(config.reader, served_copies=local.served_copies)
+                config = dataclasses.replace(config, reader=reader)
         _LOG.info("training input through the tf.data service at %s", address)
         watchdog = stack.enter_context(StallWatchdog(config.input_service_stall_seconds))
         try:
-            yield address, watchdog, info
+            yield config, address, watchdog, info
         finally:
             if local is not None:
                 info.update(workers=local.workers, worker_restarts=local.restarts)
