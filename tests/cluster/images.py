@@ -169,7 +169,9 @@ def content_tag(*sources: Path, text: str = "") -> str:
 
 
 def load(images: list[str], ctr: Path, address: Path) -> None:
-    """``podman save`` each image into containerd's ``k8s.io`` namespace (``ctr import``)."""
+    """``podman save`` each image into containerd's ``k8s.io`` namespace (``ctr import``), under
+    its name and its digest (``--digests``: ``NAME@sha256:...``, what a pod naming the image by
+    digest finds, :func:`digest`)."""
     from fakes.podman_harness import podman_env
 
     for image in images:
@@ -180,7 +182,8 @@ def load(images: list[str], ctr: Path, address: Path) -> None:
             stderr=subprocess.PIPE,
         )
         imported = subprocess.run(
-            [str(ctr), "--address", str(address), "--namespace", "k8s.io", "images", "import", "-"],
+            [str(ctr), "--address", str(address), "--namespace", "k8s.io", "images", "import",
+             "--digests", "-"],
             stdin=save.stdout,
             capture_output=True,
             text=True,
@@ -193,6 +196,22 @@ def load(images: list[str], ctr: Path, address: Path) -> None:
                 f"loading {image} into containerd failed: {save_err[-2000:]}"
                 f"{imported.stderr[-2000:]}"
             )
+
+
+def digest(ctr: Path, address: Path, name: str) -> str:
+    """The digest containerd's ``k8s.io`` namespace holds the image ``name`` (``REPO:TAG``) by:
+    the one a ``REPO:TAG@DIGEST`` reference resolves to, and the pods' ``imageID`` shows."""
+    out = subprocess.run(
+        [str(ctr), "--address", str(address), "--namespace", "k8s.io", "images", "list"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for line in out.splitlines()[1:]:
+        ref, _, found, *_ = line.split()
+        if ref == name:
+            return found
+    raise RuntimeError(f"containerd holds no image {name}")
 
 
 def loaded(ctr: Path, address: Path) -> set[str]:

@@ -159,6 +159,10 @@ class Cluster:
             self.loaded_ids.update({n: ids[n] for n in stale})
             self.save()
 
+    def image_digest(self, name: str) -> str:
+        """The digest the node's containerd holds the loaded image ``name`` by."""
+        return images.digest(part("containerd") / "bin" / "ctr", self.containerd_socket, name)
+
     def alive(self) -> dict[str, bool]:
         """Whether each of its processes still runs."""
         return {name: host.running(pid, name) for name, pid in self.pids.items()}

@@ -10,6 +10,7 @@ executions and artifacts from ML Metadata through the UI's gRPC-web endpoint
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -75,16 +76,29 @@ def run_pods(profile: Any, run_id: str) -> list[Any]:
 def assert_images_compiled(profile: Any, pods: list[Any]) -> None:
     """Each container of these pods runs an image the cluster's registry names or one of KFP's
     own (driver, launcher, Argo's executor): none names the suite's default registry, which the
-    node does not hold."""
+    node does not hold. Every container of the suite's image names it by the digest the
+    profile's images are pinned by (``k8s/images``' ``digest:``, ``--image-digests``), and
+    the node ran that very image: its ``imageID`` has the digest."""
     from tfrecord_suite.images import DEFAULT_REGISTRY
 
     assert pods
-    seen = set()
+    pinned = profile.images.component
+    digest = pinned.rpartition("@")[2]
+    assert digest.startswith("sha256:"), pinned
+    seen, ran = set(), []
     for pod in pods:
+        statuses = {s.name: s for s in [*(pod.status.container_statuses or []),
+                                        *(pod.status.init_container_statuses or [])]}  # fmt: skip
         for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]:
             seen.add(container.image)
             assert not container.image.startswith(DEFAULT_REGISTRY), (pod.metadata.name, seen)
-    assert f"{profile.images.registry}/tfrecord-suite:{profile.images.tag}" in seen, seen
+            if container.image.startswith(f"{profile.images.registry}/"):
+                assert container.image == pinned, (pod.metadata.name, container.image)
+                status = statuses.get(container.name)
+                if status is not None and status.image_id:
+                    assert status.image_id.endswith(digest), (pod.metadata.name, status.image_id)
+                    ran.append(pod.metadata.name)
+    assert pinned in seen and ran, (seen, ran)
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +186,22 @@ def test_retraining_pipeline_reports_its_metrics_and_a_second_run_is_cached(kfp_
     assert len(matrix["annotationSpecs"]) == 3 == len(matrix["rows"])  # three species
     # the test split's 33 penguins, each counted once
     assert sum(sum(row["row"]) for row in matrix["rows"]) == 33
-    evaluation = tasks["Evaluate against the stable model"]["outputs"]["evaluation"]
-    assert evaluation["properties"]["decision"] == "promote"  # no baseline yet
+    # every metrics artifact of the run holds numbers only (what Compare runs lines up); the
+    # gate's decision is a Markdown artifact of its own
+    from tfrecord_suite.kfp.mlmd import LAUNCHER_PROPERTIES
+
+    for execution in tasks.values():
+        for output in execution["outputs"].values():
+            if output["type"] == "system.Metrics":
+                values = {k: v for k, v in output["properties"].items()
+                          if k not in LAUNCHER_PROPERTIES}  # fmt: skip
+                assert values and all(isinstance(v, float) for v in values.values()), values
+    evaluate = tasks["Evaluate against the stable model"]["outputs"]
+    assert set(evaluate["evaluation"]["properties"]) - set(LAUNCHER_PROPERTIES) == {
+        "candidate_accuracy"
+    }
+    assert evaluate["decision"]["type"] == "system.Markdown"
+    assert evaluate["decision"]["properties"]["decision"] == "promote"  # no baseline yet
     registered = tasks["Register model"]["outputs"]["registered"]["properties"]
     assert registered["model"] == "penguins" and registered["version"] == 1.0
     assert tasks["Report"]["outputs"]["summary"]["type"] == "system.Markdown"
@@ -237,7 +265,7 @@ def test_training_pipeline_launches_its_trainjob_as_the_runs_own_account(kfp_pro
     assert run.state == "SUCCEEDED", run.error
     (job,) = seen_jobs.values()
     assert job["spec"]["trainer"]["numNodes"] == 2
-    assert seen_images == {f"{kfp_profile.images.registry}/tfrecord-suite:{kfp_profile.images.tag}"}
+    assert seen_images == {kfp_profile.images.component}  # pinned by its digest
     created = [
         e for e in kfp_profile.cluster.control_plane.requests_by(account)
         if e["verb"] == "create" and e["objectRef"].get("resource") == "trainjobs"
@@ -250,34 +278,175 @@ def test_training_pipeline_launches_its_trainjob_as_the_runs_own_account(kfp_pro
     assert_images_compiled(kfp_profile, run_pods(kfp_profile, started["run_id"]))
 
 
-def test_a_run_cancelled_mid_train_leaves_nothing_running(kfp_profile, dataset_ref):
-    """Terminated from the API while its TrainJob's two nodes train, the run ends (KFP 2.17
-    reports a terminated run as FAILED: nothing in it writes CANCELED) and within a minute its
-    TrainJob and the nodes' pods are gone: Argo signals the step, whose launcher deletes the
-    job it made."""
+def test_a_run_cancelled_mid_train_is_over_within_a_minute(kfp_profile, dataset_ref):
+    """Terminated from the API while its TrainJob's two nodes train, the run is over within a
+    minute, all of it: the run ended (KFP 2.17 reports a terminated run as FAILED: nothing in
+    it writes CANCELED), none of its pods (KFP's drivers and steps, labelled with the run's
+    id, and the TrainJob's nodes) still Pending or Running, the TrainJob and its nodes' pods
+    deleted (Argo signals the step, whose launcher deletes the job it made). The TrainJob
+    watched is the run's own: named after the run, owned by the run's lease, which the run's
+    own train step pod owns."""
+    from kubernetes import client as k8s
+
+    from realparts.processes import WaitError, wait_for
+    from tfrecord_suite.launch.job import job_name
+    from tfrecord_suite.launch.lease import lease_name
+
     started = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
                      *params({"dataset_ref": dataset_ref, "workers": 2, "epochs": 500,
                               "batch_size": 32}), wait=False)  # fmt: skip
-    from realparts.processes import wait_for
+    run_id, ns = started["run_id"], kfp_profile.namespace
+    name = job_name(run_id)
 
-    def nodes_training() -> bool:
-        _, pods = trainjob_objects(kfp_profile)
-        return len([p for p in pods if p.status.phase == "Running"]) == 2
+    def own_job() -> tuple[dict | None, list[Any]]:
+        jobs, pods = trainjob_objects(kfp_profile)
+        job = next((j for j in jobs if j["metadata"]["name"] == name), None)
+        nodes = [p for p in pods if p.metadata.labels["jobset.sigs.k8s.io/jobset-name"] == name]
+        return job, nodes
 
-    wait_for(nodes_training, 1800, "the TrainJob's two nodes running", interval=3)
+    def nodes_training() -> dict | None:
+        job, nodes = own_job()
+        return job if len([p for p in nodes if p.status.phase == "Running"]) == 2 else None
+
+    job = wait_for(nodes_training, 1800, f"the TrainJob {name}'s two nodes running", interval=3)
+    # the run's own: its lease owns it, and the run's train step pod owns the lease
+    api = kfp_profile.cluster.api_client()
+    (owner,) = job["metadata"]["ownerReferences"]
+    lease = k8s.BatchV1Api(api).read_namespaced_job(lease_name(name), ns)
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", lease.metadata.name,
+                                                            lease.metadata.uid)  # fmt: skip
+    (step_ref,) = lease.metadata.owner_references
+    step = k8s.CoreV1Api(api).read_namespaced_pod(step_ref.name, ns)
+    assert step.metadata.uid == step_ref.uid and step.metadata.labels["pipeline/runid"] == run_id
     time.sleep(20)  # well into training
     kfp = client(kfp_profile)
-    kfp.terminate_run(started["run_id"])
+    kfp.terminate_run(run_id)
     cancelled = time.monotonic()
-    wait_for(lambda: trainjob_objects(kfp_profile) == ([], []), 60,
-             "the TrainJob and its pods deleted", interval=2)  # fmt: skip
-    gone = time.monotonic() - cancelled
-    run = wait_for(
-        lambda: (r := kfp.get_run(started["run_id"])).state in ("FAILED", "CANCELED") and r,
-        300, "the run's end", interval=5,
-    )  # fmt: skip
-    print(f"TrainJob and nodes gone {gone:.0f} s after the run was terminated; run {run.state}")
-    assert run.state in ("FAILED", "CANCELED")
+    left: dict[str, Any] = {}
+
+    def over() -> bool:
+        job, nodes = own_job()
+        left.update(
+            trainjob=job and job["metadata"]["name"],
+            nodes=[p.metadata.name for p in nodes],
+            live=[p.metadata.name for p in run_pods(kfp_profile, run_id)
+                  if p.status.phase in ("Pending", "Running")],
+            state=kfp.get_run(run_id).state,
+        )  # fmt: skip
+        return not (left["trainjob"] or left["nodes"] or left["live"]) and left["state"] in (
+            "FAILED", "CANCELED")  # fmt: skip
+
+    try:
+        wait_for(over, 60, "the run over", interval=2)
+    except WaitError:
+        pytest.fail(f"60 s after the run was terminated, still: {left}")
+    print(f"run {left['state']}, its pods and TrainJob gone "
+          f"{time.monotonic() - cancelled:.0f} s after it was terminated")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def four_shard_ref(kfp_profile, penguins) -> str:
+    """The penguins published by the data pipeline in 4 training shards, in a registry of its
+    own on the cluster's object store: each of two service workers reads whole files of each of
+    two trainers' input pipelines."""
+    values = {**penguins, "registry_root": f"{penguins['registry_root']}-four", "num_shards": 4}
+    run = submit(kfp_profile, "data", *params(values))
+    assert run["state"] == "SUCCEEDED", run
+    return f"{values['registry_root']}/{values['dataset_name']}@1.0.0"
+
+
+def _selected(selector: dict[str, str], labels: dict[str, str] | None) -> bool:
+    """Whether a NetworkPolicy's ``matchLabels`` selects a pod of these labels."""
+    return all((labels or {}).get(k) == v for k, v in selector.items())
+
+
+def test_a_run_on_s3_trains_through_its_own_service_as_well_as_without(kfp_profile, four_shard_ref):
+    """The training pipeline on a version on the cluster's object store (SeaweedFS, s3://),
+    two TrainJob nodes reading through the run's own tf.data service (cluster:2): each service
+    worker stages its share of the shards before it serves (its log says which: each shard
+    once), the run succeeds and scores what the same run scores reading the shards itself.
+    The service's NetworkPolicy, enforced by the cluster's engine, admits the run's real
+    trainers by the labels they carry: both nodes as the Trainer and JobSet made them, and
+    KFP's pod of the train step (the one that owns the run's lease); no other pod of the run."""
+    from kubernetes import client as k8s
+    from test_cluster_training import host_volume, shared_folder
+
+    from tfrecord_suite.launch.job import job_name
+    from tfrecord_suite.launch.lease import lease_name
+
+    api = kfp_profile.cluster.api_client()
+    core, net = k8s.CoreV1Api(api), k8s.NetworkingV1Api(api)
+    batch = k8s.BatchV1Api(api)
+    ns = kfp_profile.namespace
+    common = {"dataset_ref": four_shard_ref, "workers": 2, "epochs": 30, "batch_size": 16}
+    served = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+                    "--service-cpu-request", "100m", "--service-memory-request", "1Gi",
+                    *params({**common, "input_service": "cluster:2"}), wait=False)  # fmt: skip
+    run_id = served["run_id"]
+    job, name = job_name(run_id), f"{job_name(run_id)}-data"
+    policy, step_pod, logs = None, "", {}
+    pods: dict[str, dict[str, str]] = {}  # every pod of the run seen running: its labels
+    journal = shared_folder(kfp_profile.cluster) / f"journal-{name}"
+    journal.mkdir(mode=0o777, exist_ok=True)
+    journal.chmod(0o777)
+    kfp_client = client(kfp_profile)
+    started = time.monotonic()
+    # the node has no volume provisioner: the dispatcher's journal claim gets a volume of the
+    # node's folder, as a cluster's default StorageClass would give it one
+    with host_volume(kfp_profile.cluster, ns, f"journal-{name}-dispatcher-0", journal):
+        while time.monotonic() - started < 2400:
+            policy = next((p for p in net.list_namespaced_network_policy(ns).items
+                           if p.metadata.name == name), policy)  # fmt: skip
+            nodes = [p for p in trainjob_objects(kfp_profile)[1]
+                     if p.metadata.labels["jobset.sigs.k8s.io/jobset-name"] == job]  # fmt: skip
+            for pod in [*run_pods(kfp_profile, run_id), *nodes]:
+                if pod.status.phase == "Running":
+                    pods[pod.metadata.name] = pod.metadata.labels
+            with contextlib.suppress(k8s.exceptions.ApiException):  # the lease: while it lives
+                (owner,) = batch.read_namespaced_job(lease_name(job), ns).metadata.owner_references
+                step_pod = owner.name
+            workers = core.list_namespaced_pod(
+                ns, label_selector=f"app.kubernetes.io/name={name},app.kubernetes.io/component=worker"
+            ).items  # fmt: skip
+            for pod in workers:
+                with contextlib.suppress(k8s.exceptions.ApiException):  # not started yet
+                    logs[pod.metadata.name] = core.read_namespaced_pod_log(pod.metadata.name, ns)
+            run = kfp_client.get_run(run_id)
+            if run.state in ("SUCCEEDED", "FAILED", "CANCELED"):
+                break
+            time.sleep(5)
+    served_seconds = time.monotonic() - started
+    assert run.state == "SUCCEEDED", run.error
+    alone_started = time.monotonic()
+    alone = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+                   *params(common))  # fmt: skip
+    alone_seconds = time.monotonic() - alone_started
+    assert alone["state"] == "SUCCEEDED", alone
+
+    staged = {pod: line for pod, log in logs.items() for line in log.splitlines()
+              if line.startswith("staged ")}  # fmt: skip
+    assert sorted(staged) == [f"{name}-worker-0", f"{name}-worker-1"], logs
+    assert all(" of 4 train shards of penguins@1.0.0 " in line for line in staged.values())
+    assert sum(int(line.split()[1]) for line in staged.values()) == 4, staged  # each shard once
+
+    def accuracy(run: str) -> float:
+        metrics = lineage(kfp_profile, run)["Train (tf.distribute)"]["outputs"]["metrics"]
+        return metrics["properties"]["test_accuracy"]
+
+    with_service, without = accuracy(run_id), accuracy(alone["run_id"])
+    print(f"test accuracy {with_service:.3f} through the service ({served_seconds:.0f} s), "
+          f"{without:.3f} without ({alone_seconds:.0f} s); staged: {staged}")  # fmt: skip
+    assert with_service >= 0.85 and without >= 0.85, (with_service, without)
+    assert abs(with_service - without) <= 0.1, (with_service, without)
+
+    assert policy is not None
+    selectors = [peer.pod_selector.match_labels for rule in policy.spec.ingress
+                 for peer in rule._from if peer.pod_selector is not None]  # fmt: skip
+    admitted = {pod for pod, labels in pods.items()
+                if any(_selected(s, labels) for s in selectors)}  # fmt: skip
+    nodes = {pod for pod, labels in pods.items() if "jobset.sigs.k8s.io/jobset-name" in labels}
+    assert len(nodes) == 2 and step_pod in pods, (pods, step_pod)
+    assert admitted == {*nodes, step_pod}, (admitted, selectors, pods)
 
 
 def test_a_recurring_run_starts_runs_on_its_schedule(kfp_profile, penguins):
@@ -319,7 +488,9 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
     """The retraining CronJob of k8s/ (multi-user overlay, its own account and narrow Role,
     its projected token) runs in the profile as deployed and starts a run on the API server.
     The real API server authorizes what that account may do (SubjectAccessReview on
-    pipelines.kubeflow.org): reading the run it made is allowed, terminating it is refused."""
+    pipelines.kubeflow.org): reading the run it made is allowed, terminating it is refused.
+    With k8s/images pinning the component image by digest, the CronJob and the run it submits
+    run it by that digest."""
     from cluster import kubeflow_pipelines as kfp
     from kubernetes import client as k8s
 
@@ -354,6 +525,18 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
     summary = summary_of(log.decode())
     assert summary["submitted"], summary
     run_id = summary["run_id"]
+    # k8s/images pins the component image by digest: the CronJob runs it so, and compiles the
+    # run it submits for it, whose steps run it so too (imageID: the node ran that image)
+    assert_images_compiled(kfp_profile, [pod])
+
+    def a_step_ran() -> list[Any]:
+        pods = run_pods(kfp_profile, run_id)
+        started = [s for p in pods for s in (p.status.container_statuses or []) if s.image_id
+                   and s.image.startswith(kfp_profile.images.registry)]  # fmt: skip
+        return pods if started else []
+
+    assert_images_compiled(kfp_profile, wait_for(a_step_ran, 900, "a step of the CronJob's run",
+                                                 interval=5))  # fmt: skip
 
     token = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
     token.write(kfp.token(cluster, "tfrecord-suite-retrain", ns))
