@@ -11,6 +11,7 @@ executions and artifacts from ML Metadata through the UI's gRPC-web endpoint
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -125,8 +126,9 @@ def params(values: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def data_run(kfp_profile, penguins) -> dict[str, Any]:
-    """The data pipeline's first run on the penguins (its submit summary)."""
-    return submit(kfp_profile, "data", *params(penguins))
+    """The data pipeline's first run on the penguins (its submit summary), in 4 training shards:
+    a run's tf.data service of two workers reads whole files of each of two trainers'."""
+    return submit(kfp_profile, "data", *params({**penguins, "num_shards": 4}))
 
 
 @pytest.fixture(scope="module")
@@ -241,43 +243,6 @@ def trainjob_objects(profile: Any) -> tuple[list[dict], list[Any]]:
     return jobs, pods
 
 
-def test_training_pipeline_launches_its_trainjob_as_the_runs_own_account(kfp_profile, dataset_ref):
-    """The training pipeline with workers=2: its train step, inside the KFP run, creates a
-    TrainJob as the run's own account (the profile's default-editor, which k8s/ binds the
-    launcher Role to), the Trainer and JobSet run its two nodes from the compiled images, both
-    train, and the step deletes the TrainJob when done."""
-    account = f"system:serviceaccount:{kfp_profile.namespace}:default-editor"
-    seen_jobs: dict[str, dict] = {}
-    seen_images: set[str] = set()
-    started = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
-                     *params({"dataset_ref": dataset_ref, "workers": 2, "epochs": 3,
-                              "batch_size": 32}), wait=False)  # fmt: skip
-    kfp = client(kfp_profile)
-    deadline = time.monotonic() + 2400
-    while time.monotonic() < deadline:
-        jobs, pods = trainjob_objects(kfp_profile)
-        seen_jobs.update({j["metadata"]["name"]: j for j in jobs})
-        seen_images.update(c.image for p in pods for c in p.spec.containers)
-        run = kfp.get_run(started["run_id"])
-        if run.state in ("SUCCEEDED", "FAILED", "CANCELED"):
-            break
-        time.sleep(5)
-    assert run.state == "SUCCEEDED", run.error
-    (job,) = seen_jobs.values()
-    assert job["spec"]["trainer"]["numNodes"] == 2
-    assert seen_images == {kfp_profile.images.component}  # pinned by its digest
-    created = [
-        e for e in kfp_profile.cluster.control_plane.requests_by(account)
-        if e["verb"] == "create" and e["objectRef"].get("resource") == "trainjobs"
-    ]  # fmt: skip
-    assert created and created[0]["responseStatus"]["code"] == 201, created
-    assert not trainjob_objects(kfp_profile)[0]  # deleted when training was done
-    model = lineage(kfp_profile, started["run_id"])["Train (tf.distribute)"]["outputs"]["model"]
-    assert model["properties"]["replicas"] == 2.0
-    assert model["properties"]["strategy"] == "CollectiveAllReduceStrategy"
-    assert_images_compiled(kfp_profile, run_pods(kfp_profile, started["run_id"]))
-
-
 def test_a_run_cancelled_mid_train_is_over_within_a_minute(kfp_profile, dataset_ref):
     """Terminated from the API while its TrainJob's two nodes train, the run is over within a
     minute, all of it: the run ended (KFP 2.17 reports a terminated run as FAILED: nothing in
@@ -344,88 +309,135 @@ def test_a_run_cancelled_mid_train_is_over_within_a_minute(kfp_profile, dataset_
           f"{time.monotonic() - cancelled:.0f} s after it was terminated")  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def four_shard_ref(kfp_profile, penguins) -> str:
-    """The penguins published by the data pipeline in 4 training shards, in a registry of its
-    own on the cluster's object store: each of two service workers reads whole files of each of
-    two trainers' input pipelines."""
-    values = {**penguins, "registry_root": f"{penguins['registry_root']}-four", "num_shards": 4}
-    run = submit(kfp_profile, "data", *params(values))
-    assert run["state"] == "SUCCEEDED", run
-    return f"{values['registry_root']}/{values['dataset_name']}@1.0.0"
-
-
 def _selected(selector: dict[str, str], labels: dict[str, str] | None) -> bool:
     """Whether a NetworkPolicy's ``matchLabels`` selects a pod of these labels."""
     return all((labels or {}).get(k) == v for k, v in selector.items())
 
 
-def test_a_run_on_s3_trains_through_its_own_service_as_well_as_without(kfp_profile, four_shard_ref):
-    """The training pipeline on a version on the cluster's object store (SeaweedFS, s3://),
-    two TrainJob nodes reading through the run's own tf.data service (cluster:2): each service
-    worker stages its share of the shards before it serves (its log says which: each shard
-    once), the run succeeds and scores what the same run scores reading the shards itself.
-    The service's NetworkPolicy, enforced by the cluster's engine, admits the run's real
-    trainers by the labels they carry: both nodes as the Trainer and JobSet made them, and
-    KFP's pod of the train step (the one that owns the run's lease); no other pod of the run."""
+@dataclasses.dataclass
+class Watched:
+    """What a training run made while it ran, polled every few seconds (:func:`watch`).
+
+    Attributes:
+        state: The run's final state.
+        seconds: From submission to its end.
+        trainjob: The run's TrainJob (named after the run), as last seen.
+        pods: ``name -> labels`` of every pod of the run seen Running: KFP's (labelled with
+            the run's id), the TrainJob's nodes, the service's.
+        images: Every image a pod of the TrainJob or the service ran.
+        step_pod: The pod that owned the run's lease: the train step's.
+        policy: The run's service's NetworkPolicy (None: no service).
+        logs: ``pod -> log`` of the service's workers.
+
+    """
+
+    state: str = ""
+    seconds: float = 0.0
+    trainjob: dict | None = None
+    pods: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    images: set[str] = dataclasses.field(default_factory=set)
+    step_pod: str = ""
+    policy: Any = None
+    logs: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def watch(profile: Any, run_id: str, timeout: float = 2400) -> Watched:
+    """Poll the run's objects until it ends (see :class:`Watched`)."""
     from kubernetes import client as k8s
-    from test_cluster_training import host_volume, shared_folder
 
     from tfrecord_suite.launch.job import job_name
     from tfrecord_suite.launch.lease import lease_name
 
-    api = kfp_profile.cluster.api_client()
-    core, net = k8s.CoreV1Api(api), k8s.NetworkingV1Api(api)
-    batch = k8s.BatchV1Api(api)
-    ns = kfp_profile.namespace
-    common = {"dataset_ref": four_shard_ref, "workers": 2, "epochs": 30, "batch_size": 16}
-    served = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
-                    "--service-cpu-request", "100m", "--service-memory-request", "1Gi",
-                    *params({**common, "input_service": "cluster:2"}), wait=False)  # fmt: skip
-    run_id = served["run_id"]
-    job, name = job_name(run_id), f"{job_name(run_id)}-data"
-    policy, step_pod, logs = None, "", {}
-    pods: dict[str, dict[str, str]] = {}  # every pod of the run seen running: its labels
+    api = profile.cluster.api_client()
+    core, net, batch = k8s.CoreV1Api(api), k8s.NetworkingV1Api(api), k8s.BatchV1Api(api)
+    ns, job = profile.namespace, job_name(run_id)
+    service = f"{job}-data"
+    kfp_client, seen, started = client(profile), Watched(), time.monotonic()
+    while time.monotonic() - started < timeout:
+        jobs, all_nodes = trainjob_objects(profile)
+        seen.trainjob = next((j for j in jobs if j["metadata"]["name"] == job), seen.trainjob)
+        nodes = [p for p in all_nodes if p.metadata.labels["jobset.sigs.k8s.io/jobset-name"] == job]
+        served = core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/name={service}")
+        for pod in [*run_pods(profile, run_id), *nodes, *served.items]:
+            if pod.status.phase == "Running":
+                seen.pods[pod.metadata.name] = pod.metadata.labels
+        seen.images.update(c.image for p in [*nodes, *served.items] for c in p.spec.containers)
+        seen.policy = next((p for p in net.list_namespaced_network_policy(ns).items
+                            if p.metadata.name == service), seen.policy)  # fmt: skip
+        with contextlib.suppress(k8s.exceptions.ApiException):  # the lease, while it lives
+            (owner,) = batch.read_namespaced_job(lease_name(job), ns).metadata.owner_references
+            seen.step_pod = owner.name
+        for pod in served.items:
+            if pod.metadata.labels.get("app.kubernetes.io/component") == "worker":
+                with contextlib.suppress(k8s.exceptions.ApiException):  # not started yet
+                    seen.logs[pod.metadata.name] = core.read_namespaced_pod_log(
+                        pod.metadata.name, ns
+                    )
+        seen.state = kfp_client.get_run(run_id).state
+        if seen.state in ("SUCCEEDED", "FAILED", "CANCELED"):
+            break
+        time.sleep(5)
+    seen.seconds = time.monotonic() - started
+    return seen
+
+
+def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_it(
+    kfp_profile, dataset_ref
+):
+    """The training pipeline with workers=2 on the version on the cluster's object store
+    (SeaweedFS, s3://), twice: its train step, inside the KFP run, creates the run's TrainJob
+    (named after the run) as the run's own account (the profile's default-editor, which k8s/
+    binds the launcher Role to), the Trainer and JobSet run its two nodes on the compiled image
+    (by its digest), both train, and the step deletes the TrainJob when done. The second run
+    reads through its own tf.data service (cluster:2): each service worker stages its share of
+    the shards before it serves (its log says which, each shard once), and the run scores what
+    the first scored reading the shards itself. The service's NetworkPolicy, enforced by the
+    cluster's engine, admits the run's real trainers by the labels they carry: both nodes as
+    the Trainer and JobSet made them and KFP's pod of the train step (the one that owns the
+    run's lease), and no other pod of the run."""
+    from test_cluster_training import host_volume, shared_folder
+
+    from tfrecord_suite.launch.job import job_name
+
+    account = f"system:serviceaccount:{kfp_profile.namespace}:default-editor"
+    common = {"dataset_ref": dataset_ref, "workers": 2, "epochs": 30, "batch_size": 16}
+    alone_run = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+                       *params(common), wait=False)["run_id"]  # fmt: skip
+    alone = watch(kfp_profile, alone_run)
+    assert alone.state == "SUCCEEDED", alone
+    assert alone.trainjob["spec"]["trainer"]["numNodes"] == 2
+    assert alone.images == {kfp_profile.images.component}  # pinned by its digest
+    created = [e for e in kfp_profile.cluster.control_plane.requests_by(account)
+               if e["verb"] == "create" and e["objectRef"].get("resource") == "trainjobs"
+               and e["objectRef"].get("name") == job_name(alone_run)]  # fmt: skip
+    assert [e["responseStatus"]["code"] for e in created] == [201], created
+    assert job_name(alone_run) not in {  # deleted when training was done
+        j["metadata"]["name"] for j in trainjob_objects(kfp_profile)[0]
+    }
+    model = lineage(kfp_profile, alone_run)["Train (tf.distribute)"]["outputs"]["model"]
+    assert model["properties"]["replicas"] == 2.0
+    assert model["properties"]["strategy"] == "CollectiveAllReduceStrategy"
+    assert_images_compiled(kfp_profile, run_pods(kfp_profile, alone_run))
+
+    served_run = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+                        "--service-cpu-request", "100m", "--service-memory-request", "1Gi",
+                        *params({**common, "input_service": "cluster:2"}),
+                        wait=False)["run_id"]  # fmt: skip
+    name = f"{job_name(served_run)}-data"
     journal = shared_folder(kfp_profile.cluster) / f"journal-{name}"
     journal.mkdir(mode=0o777, exist_ok=True)
     journal.chmod(0o777)
-    kfp_client = client(kfp_profile)
-    started = time.monotonic()
     # the node has no volume provisioner: the dispatcher's journal claim gets a volume of the
     # node's folder, as a cluster's default StorageClass would give it one
-    with host_volume(kfp_profile.cluster, ns, f"journal-{name}-dispatcher-0", journal):
-        while time.monotonic() - started < 2400:
-            policy = next((p for p in net.list_namespaced_network_policy(ns).items
-                           if p.metadata.name == name), policy)  # fmt: skip
-            nodes = [p for p in trainjob_objects(kfp_profile)[1]
-                     if p.metadata.labels["jobset.sigs.k8s.io/jobset-name"] == job]  # fmt: skip
-            for pod in [*run_pods(kfp_profile, run_id), *nodes]:
-                if pod.status.phase == "Running":
-                    pods[pod.metadata.name] = pod.metadata.labels
-            with contextlib.suppress(k8s.exceptions.ApiException):  # the lease: while it lives
-                (owner,) = batch.read_namespaced_job(lease_name(job), ns).metadata.owner_references
-                step_pod = owner.name
-            workers = core.list_namespaced_pod(
-                ns, label_selector=f"app.kubernetes.io/name={name},app.kubernetes.io/component=worker"
-            ).items  # fmt: skip
-            for pod in workers:
-                with contextlib.suppress(k8s.exceptions.ApiException):  # not started yet
-                    logs[pod.metadata.name] = core.read_namespaced_pod_log(pod.metadata.name, ns)
-            run = kfp_client.get_run(run_id)
-            if run.state in ("SUCCEEDED", "FAILED", "CANCELED"):
-                break
-            time.sleep(5)
-    served_seconds = time.monotonic() - started
-    assert run.state == "SUCCEEDED", run.error
-    alone_started = time.monotonic()
-    alone = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
-                   *params(common))  # fmt: skip
-    alone_seconds = time.monotonic() - alone_started
-    assert alone["state"] == "SUCCEEDED", alone
-
-    staged = {pod: line for pod, log in logs.items() for line in log.splitlines()
+    with host_volume(kfp_profile.cluster, kfp_profile.namespace,
+                     f"journal-{name}-dispatcher-0", journal):  # fmt: skip
+        served = watch(kfp_profile, served_run)
+    assert served.state == "SUCCEEDED", served
+    assert served.images == {kfp_profile.images.component}  # nodes, dispatcher, workers
+    assert_images_compiled(kfp_profile, run_pods(kfp_profile, served_run))
+    staged = {pod: line for pod, log in served.logs.items() for line in log.splitlines()
               if line.startswith("staged ")}  # fmt: skip
-    assert sorted(staged) == [f"{name}-worker-0", f"{name}-worker-1"], logs
+    assert sorted(staged) == [f"{name}-worker-0", f"{name}-worker-1"], served.logs
     assert all(" of 4 train shards of penguins@1.0.0 " in line for line in staged.values())
     assert sum(int(line.split()[1]) for line in staged.values()) == 4, staged  # each shard once
 
@@ -433,20 +445,25 @@ def test_a_run_on_s3_trains_through_its_own_service_as_well_as_without(kfp_profi
         metrics = lineage(kfp_profile, run)["Train (tf.distribute)"]["outputs"]["metrics"]
         return metrics["properties"]["test_accuracy"]
 
-    with_service, without = accuracy(run_id), accuracy(alone["run_id"])
-    print(f"test accuracy {with_service:.3f} through the service ({served_seconds:.0f} s), "
-          f"{without:.3f} without ({alone_seconds:.0f} s); staged: {staged}")  # fmt: skip
+    with_service, without = accuracy(served_run), accuracy(alone_run)
+    print(f"test accuracy {with_service:.3f} through the service ({served.seconds:.0f} s), "
+          f"{without:.3f} without ({alone.seconds:.0f} s); staged: {staged}")  # fmt: skip
     assert with_service >= 0.85 and without >= 0.85, (with_service, without)
     assert abs(with_service - without) <= 0.1, (with_service, without)
 
-    assert policy is not None
-    selectors = [peer.pod_selector.match_labels for rule in policy.spec.ingress
+    assert served.policy is not None
+    selectors = [peer.pod_selector.match_labels for rule in served.policy.spec.ingress
                  for peer in rule._from if peer.pod_selector is not None]  # fmt: skip
-    admitted = {pod for pod, labels in pods.items()
-                if any(_selected(s, labels) for s in selectors)}  # fmt: skip
-    nodes = {pod for pod, labels in pods.items() if "jobset.sigs.k8s.io/jobset-name" in labels}
-    assert len(nodes) == 2 and step_pod in pods, (pods, step_pod)
-    assert admitted == {*nodes, step_pod}, (admitted, selectors, pods)
+    trainers = {
+        pod
+        for pod, labels in served.pods.items()
+        if "app.kubernetes.io/name" not in labels or labels["app.kubernetes.io/name"] != name
+    }
+    admitted = {pod for pod in trainers
+                if any(_selected(s, served.pods[pod]) for s in selectors)}  # fmt: skip
+    nodes = {pod for pod in trainers if "jobset.sigs.k8s.io/jobset-name" in served.pods[pod]}
+    assert len(nodes) == 2 and served.step_pod in trainers, (served.pods, served.step_pod)
+    assert admitted == {*nodes, served.step_pod}, (admitted, selectors, served.pods)
 
 
 def test_a_recurring_run_starts_runs_on_its_schedule(kfp_profile, penguins):
