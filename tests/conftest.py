@@ -23,6 +23,32 @@ from support import (
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+#: ``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``). The tests of
+#: one group run on one worker, one after another: those that share what only one process may
+#: drive at a time, or that would each start it again on every worker. ``marker -> group``:
+#: podman's default storage, where the ``containers`` tests build the images and run them; the
+#: real control plane (``k8s``: etcd and four servers, started once per worker that needs them);
+#: Beam's Flink and Spark job servers (``runners``: a JVM each). The components' own tests share
+#: their session's kfp.local runs (components/conftest.py), a group of their own too.
+XDIST_GROUPS = {"containers": "podman", "k8s": "k8s", "runners": "runners"}
+COMPONENTS_GROUP = "components"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test of :data:`XDIST_GROUPS` (and the components' tests) in its group; under
+    workers, the groups first: each worker takes a long group early, then they share the rest."""
+    order = [*XDIST_GROUPS.values(), COMPONENTS_GROUP]
+    rank = {}
+    for item in items:
+        group = next((g for m, g in XDIST_GROUPS.items() if item.get_closest_marker(m)), None)
+        if group is None and item.path.relative_to(config.rootpath).parts[0] == "components":
+            group = COMPONENTS_GROUP
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        rank[item.nodeid] = order.index(group) if group else len(order)
+    if config.getoption("numprocesses", None):
+        items.sort(key=lambda item: rank[item.nodeid])
+
 
 @pytest.fixture(scope="session")
 def gcs_emulator_server() -> Iterator[str]:

@@ -160,8 +160,9 @@ class Cluster:
             self.save()
 
     def image_digest(self, name: str) -> str:
-        """The digest the node's containerd holds the loaded image ``name`` by."""
-        return images.digest(part("containerd") / "bin" / "ctr", self.containerd_socket, name)
+        """The digest the node's containerd holds the loaded image ``name`` by (tagged
+        ``REPO@DIGEST`` there: :func:`images.pin`)."""
+        return images.pin(part("containerd") / "bin" / "ctr", self.containerd_socket, name)
 
     def alive(self) -> dict[str, bool]:
         """Whether each of its processes still runs."""

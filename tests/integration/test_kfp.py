@@ -401,7 +401,9 @@ def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_
 
     account = f"system:serviceaccount:{kfp_profile.namespace}:default-editor"
     common = {"dataset_ref": dataset_ref, "workers": 2, "epochs": 30, "batch_size": 16}
-    alone_run = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+    # two nodes, the step, the service's dispatcher (500m) and two workers on the 2-CPU node
+    small = ["--cpu-request", "150m", "--memory-request", "2Gi"]
+    alone_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,
                        *params(common), wait=False)["run_id"]  # fmt: skip
     alone = watch(kfp_profile, alone_run)
     assert alone.state == "SUCCEEDED", alone
@@ -419,7 +421,7 @@ def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_
     assert model["properties"]["strategy"] == "CollectiveAllReduceStrategy"
     assert_images_compiled(kfp_profile, run_pods(kfp_profile, alone_run))
 
-    served_run = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
+    served_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,
                         "--service-cpu-request", "100m", "--service-memory-request", "1Gi",
                         *params({**common, "input_service": "cluster:2"}),
                         wait=False)["run_id"]  # fmt: skip
