@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 from support import (
+    COMPONENTS_GROUP,
+    XDIST_GROUPS,
     emulator_env,
     free_port,
     launcher_account,
@@ -22,16 +24,6 @@ from support import (
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-#: ``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``). The tests of
-#: one group run on one worker, one after another: those that share what only one process may
-#: drive at a time, or that would each start it again on every worker. ``marker -> group``:
-#: podman's default storage, where the ``containers`` tests build the images and run them; the
-#: real control plane (``k8s``: etcd and four servers, started once per worker that needs them);
-#: Beam's Flink and Spark job servers (``runners``: a JVM each). The components' own tests share
-#: their session's kfp.local runs (components/conftest.py), a group of their own too.
-XDIST_GROUPS = {"containers": "podman", "k8s": "k8s", "runners": "runners"}
-COMPONENTS_GROUP = "components"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
