@@ -195,9 +195,9 @@ def test_retraining_pipeline_reports_its_metrics_and_a_second_run_is_cached(kfp_
     for execution in tasks.values():
         for output in execution["outputs"].values():
             if output["type"] == "system.Metrics":
-                values = {k: v for k, v in output["properties"].items()
-                          if k not in LAUNCHER_PROPERTIES}  # fmt: skip
-                assert values and all(isinstance(v, float) for v in values.values()), values
+                scalars = {k: v for k, v in output["properties"].items()
+                           if k not in LAUNCHER_PROPERTIES}  # fmt: skip
+                assert scalars and all(isinstance(v, float) for v in scalars.values()), scalars
     evaluate = tasks["Evaluate against the stable model"]["outputs"]
     assert set(evaluate["evaluation"]["properties"]) - set(LAUNCHER_PROPERTIES) == {
         "candidate_accuracy"
@@ -400,7 +400,13 @@ def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_
     from tfrecord_suite.launch.job import job_name
 
     account = f"system:serviceaccount:{kfp_profile.namespace}:default-editor"
-    common = {"dataset_ref": dataset_ref, "workers": 2, "epochs": 30, "batch_size": 16}
+    common = {
+        "dataset_ref": dataset_ref,
+        "workers": 2,
+        "epochs": 12,
+        "batch_size": 16,
+        "learning_rate": 0.01,
+    }
     # two nodes, the step, the service's dispatcher (500m) and two workers on the 2-CPU node
     small = ["--cpu-request", "150m", "--memory-request", "2Gi"]
     alone_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,

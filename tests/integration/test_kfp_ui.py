@@ -302,8 +302,10 @@ def compared_scalars(page: Any, ui: str, names: list[str]) -> dict[str, dict[str
     from playwright.sync_api import expect
 
     page.goto(f"{ui}/#/runs")
-    for name in names:
-        row = page.locator('[data-testid="table-row"]', has_text=name)
+    for name in names:  # the row whose run is named exactly so (one name begins the other)
+        row = page.locator('[data-testid="table-row"]').filter(
+            has=page.get_by_text(name, exact=True)
+        )
         row.locator('input[type="checkbox"]').check()
     page.get_by_role("button", name="Compare runs").click()
     page.wait_for_url("**/#/compare?**")
