@@ -31,10 +31,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket
 
+# two workers (pytest-xdist): the tests that share podman, the control plane or Beam's job
+# servers keep to one worker each (tests/conftest.py XDIST_GROUPS); PYTEST_WORKERS=0 runs them in
+# this one process
+PYTEST_WORKERS ?= 2
 test: $(STAMP) real-parts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP) real-parts-s3
 	$(BIN)/python -m pytest -m "not slow and not e2e" $(PYTEST_ARGS)

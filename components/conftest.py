@@ -99,10 +99,12 @@ def train_run(local_root, version_run):
 def evaluate_run(local_root, version_run, train_run):
     from component_checks import imported, load
     from kfp import dsl
-    from kfp.dsl import Dataset, Metrics, Model
+    from kfp.dsl import Dataset, Markdown, Metrics, Model
 
     evaluate = load("evaluate")
-    outputs = NamedTuple("Outputs", [("decision", str), ("evaluation", Metrics)])  # noqa: UP014 - the form kfp documents
+    outputs = NamedTuple(  # noqa: UP014 - the form kfp documents
+        "Outputs", [("gate", str), ("evaluation", Metrics), ("decision", Markdown)]
+    )
 
     @dsl.pipeline
     def evaluate_alone() -> outputs:
@@ -110,7 +112,8 @@ def evaluate_run(local_root, version_run, train_run):
             dataset=imported(version_run["dataset"], Dataset),
             model=imported(train_run.outputs["model"], Model),
         )
-        return outputs(task.outputs["Output"], task.outputs["evaluation"])
+        return outputs(task.outputs["Output"], task.outputs["evaluation"],
+                       task.outputs["decision"])  # fmt: skip
 
     return evaluate_alone().outputs
 
@@ -119,7 +122,7 @@ def evaluate_run(local_root, version_run, train_run):
 def register_run(local_root, version_run, train_run, evaluate_run):
     from component_checks import imported, load
     from kfp import dsl
-    from kfp.dsl import Dataset, Metrics, Model
+    from kfp.dsl import Dataset, Markdown, Model
 
     register = load("register")
     outputs = NamedTuple("Outputs", [("number", int), ("registered", Model)])  # noqa: UP014 - the form kfp documents
@@ -129,7 +132,7 @@ def register_run(local_root, version_run, train_run, evaluate_run):
         task = register(
             dataset=imported(version_run["dataset"], Dataset),
             model=imported(train_run.outputs["model"], Model),
-            evaluation=imported(evaluate_run["evaluation"], Metrics),
+            decision=imported(evaluate_run["decision"], Markdown),
         )
         return outputs(task.outputs["Output"], task.outputs["registered"])
 

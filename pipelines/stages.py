@@ -150,20 +150,20 @@ def train_and_gate(step: Steps, version: Any, params: dict[str, Any]) -> Any:
         "register",
         **trained,
         **registries,
-        evaluation=evaluate.outputs["evaluation"],
+        decision=evaluate.outputs["decision"],
     )
     with dsl.If(evaluate.outputs["Output"] == "promote", name="gate-at-least-as-good"):
         step(
             "promote",
             **registries,
             registered=register.outputs["registered"],
-            evaluation=evaluate.outputs["evaluation"],
+            decision=evaluate.outputs["decision"],
             alias=params["promote_alias"],
         )
     return step(
         "report",
         **trained,
         metrics=train.outputs["metrics"],
-        evaluation=evaluate.outputs["evaluation"],
+        decision=evaluate.outputs["decision"],
         registered=register.outputs["registered"],
     )

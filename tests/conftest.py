@@ -12,9 +12,34 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from support import emulator_env, free_port, launcher_account, s3_env, stop_process
+from support import (
+    COMPONENTS_GROUP,
+    XDIST_GROUPS,
+    emulator_env,
+    free_port,
+    launcher_account,
+    s3_env,
+    stop_process,
+    unavailable,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test of :data:`XDIST_GROUPS` (and the components' tests) in its group; under
+    workers, the groups first: each worker takes a long group early, then they share the rest."""
+    order = [*XDIST_GROUPS.values(), COMPONENTS_GROUP]
+    rank = {}
+    for item in items:
+        group = next((g for m, g in XDIST_GROUPS.items() if item.get_closest_marker(m)), None)
+        if group is None and item.path.relative_to(config.rootpath).parts[0] == "components":
+            group = COMPONENTS_GROUP
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        rank[item.nodeid] = order.index(group) if group else len(order)
+    if config.getoption("numprocesses", None):
+        items.sort(key=lambda item: rank[item.nodeid])
 
 
 @pytest.fixture(scope="session")
@@ -118,10 +143,7 @@ def s3_server(tmp_path_factory) -> Iterator[object]:
 
     binary = weed_binary(build=False)
     if binary is None:
-        message = "no SeaweedFS binary: run `make real-parts-s3` (builds it with Go, once)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("no SeaweedFS binary: run `make real-parts-s3` (builds it with Go, once)")
     with seaweedfs(str(tmp_path_factory.mktemp("seaweedfs")), binary) as server:
         yield server
 
@@ -188,6 +210,18 @@ def published_digits(tmp_path_factory, digits_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
+def kubectl() -> str:
+    """The kubectl ``make real-parts`` builds (kustomize embedded; fakes/manifests.kubectl): the
+    tests that render k8s/ with it skip where it is not there, and fail under CI."""
+    from fakes import manifests
+
+    binary = manifests.kubectl()
+    if binary is None:
+        unavailable("no kubectl (kustomize): run `make real-parts`, which builds it")
+    return binary
+
+
+@pytest.fixture(scope="session")
 def k8s(tmp_path_factory):
     """A real control plane on 127.0.0.1 (etcd, kube-apiserver with RBAC and the default
     admission plugins, kube-controller-manager, kube-scheduler; tests/realparts/controlplane.py),
@@ -197,10 +231,7 @@ def k8s(tmp_path_factory):
 
     missing = [p for p in ("kubernetes", "etcd", "crds") if controlplane.built(p) is None]
     if missing:
-        reason = f"real parts not built ({', '.join(missing)}): run `make real-parts`"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable(f"real parts not built ({', '.join(missing)}): run `make real-parts`")
     plane = controlplane.start(
         tmp_path_factory.mktemp("k8s"),
         controlplane.built("kubernetes"),
@@ -286,9 +317,10 @@ def one_node_cluster():
         node.down()
 
 
-#: A profile namespace's Pod Security labels as Kubeflow's profile controller sets them: the API
-#: server's PodSecurity admission refuses any pod that breaks the ``restricted`` profile (and
-#: warns of a workload's template that would)
+#: Pod Security ``restricted``, enforced: stricter than a Kubeflow profile's namespace, which
+#: enforces ``baseline`` (fakes/pod_security.kubeflow_profile_labels), and the level the suite
+#: holds its own pods to. The API server's PodSecurity admission refuses any pod that breaks it
+#: (and warns of a workload's template that would)
 RESTRICTED_NAMESPACE = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/warn": "restricted",
@@ -324,8 +356,8 @@ def kfp_profile(one_node_cluster, tmp_path_factory):
 
 @pytest.fixture
 def cluster_namespace(one_node_cluster) -> Iterator[str]:
-    """A fresh namespace on the one-node cluster that enforces Pod Security ``restricted``, as
-    a Kubeflow profile's does; deleted (with its pods) after the test."""
+    """A fresh namespace on the one-node cluster that enforces Pod Security ``restricted``
+    (stricter than a Kubeflow profile's ``baseline``); deleted (with its pods) after the test."""
     with _restricted_namespace(one_node_cluster) as name:
         yield name
 

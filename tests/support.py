@@ -8,10 +8,30 @@ import csv
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import pytest
 
 # the one copy of it is realparts.processes; tests import it from here too
 from realparts.processes import free_port as free_port
+
+#: ``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``). The tests of
+#: one group run on one worker, one after another: those that share what only one process may
+#: drive at a time, or that would each start it again on every worker. ``marker -> group``:
+#: podman's default storage, where the ``containers`` tests build the images and run them; the
+#: real control plane (``k8s``: etcd and four servers, started once per worker that needs them);
+#: Beam's Flink and Spark job servers (``runners``: a JVM each). The components' own tests share
+#: their session's kfp.local runs (components/conftest.py), a group of their own too.
+XDIST_GROUPS = {"containers": "podman", "k8s": "k8s", "runners": "runners"}
+COMPONENTS_GROUP = "components"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test for want of a part, or fail it under CI (``CI=true``), where every part
+    must be there: a check that cannot run must not pass unseen."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"cannot run under CI: {reason}")
+    pytest.skip(reason)
 
 
 def stop_process(process: subprocess.Popen, timeout: float) -> None:

@@ -43,13 +43,18 @@ from tfrecord_suite.kfp.steps import configure
 __all__ = ["COMPONENTS", "Components", "build", "configure", *COMPONENTS]
 
 
-def build(image_registry: str = DEFAULT_REGISTRY, image_tag: str = DEFAULT_TAG) -> Components:
+def build(
+    image_registry: str = DEFAULT_REGISTRY, image_tag: str = DEFAULT_TAG, image_digests: str = ""
+) -> Components:
     """Every component on the images of ``image_registry`` and ``image_tag``.
 
     Push the images there first: ``tfrecord-suite images build --push --image-registry ...
-    --image-tag ...``.
+    --image-tag ...``. ``image_digests`` (``component=sha256:...``, as ``--image-digests``)
+    pins images by digest: the components then run ``NAME:TAG@DIGEST``.
     """
-    return build_components(ImageSet(image_registry, image_tag))
+    return build_components(
+        ImageSet(image_registry, image_tag, ImageSet.parse_digests(image_digests))
+    )
 
 
 @functools.cache

@@ -95,6 +95,32 @@ class ImageSet:
                     "64 hexadecimal digits"
                 )
 
+    @staticmethod
+    def parse_digests(text: str) -> tuple[tuple[str, str], ...]:
+        """``(image key, digest)`` pairs of ``KEY=DIGEST[,KEY=DIGEST...]`` (``--image-digests``).
+
+        They are checked when an :class:`ImageSet` takes them.
+
+        Raises:
+            ImageReferenceError: A pair is not ``KEY=DIGEST``.
+
+        """
+        pairs = []
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            key, sep, digest = item.partition("=")
+            if not (sep and key.strip() and digest.strip()):
+                raise ImageReferenceError(
+                    f"--image-digests {item!r}: write IMAGE=DIGEST pairs separated by commas, "
+                    f"IMAGE one of {', '.join(IMAGE_FILES)}, e.g. component=sha256:..."
+                )
+            pairs.append((key.strip(), digest.strip()))
+        return tuple(pairs)
+
+    @property
+    def digests_text(self) -> str:
+        """The digests as ``--image-digests`` takes them (:meth:`parse_digests`'s inverse)."""
+        return ",".join(f"{key}={digest}" for key, digest in self.digests)
+
     def image(self, key: str) -> str:
         """The full reference of the image ``key`` (a key of :data:`IMAGE_FILES`)."""
         digest = dict(self.digests).get(key)

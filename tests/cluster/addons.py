@@ -1,6 +1,7 @@
 """What runs on the one-node cluster besides the node: cluster DNS, the NetworkPolicy engine,
-JobSet and the Kubeflow Trainer, and Kubeflow Pipelines (``kfp.py``), each installed from its
-project's own manifests with the images built here (``images.py``), as steps of :func:`node.up`."""
+JobSet and the Kubeflow Trainer, and Kubeflow Pipelines (``kubeflow_pipelines.py``), each
+installed from its project's own manifests with the images built here (``images.py``), as steps
+of :func:`node.up`."""
 
 from __future__ import annotations
 

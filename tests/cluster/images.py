@@ -169,7 +169,10 @@ def content_tag(*sources: Path, text: str = "") -> str:
 
 
 def load(images: list[str], ctr: Path, address: Path) -> None:
-    """``podman save`` each image into containerd's ``k8s.io`` namespace (``ctr import``)."""
+    """``podman save`` each image into containerd's ``k8s.io`` namespace (``ctr import``), under
+    its name, and tag it ``REPO@DIGEST`` too: what a registry's pull by digest leaves in the
+    node's store, and what a pod naming ``REPO:TAG@DIGEST`` is resolved to (the kubelet finds the
+    image present, pulls nothing, and reports that digest as the pod's ``imageID``)."""
     from fakes.podman_harness import podman_env
 
     for image in images:
@@ -193,6 +196,36 @@ def load(images: list[str], ctr: Path, address: Path) -> None:
                 f"loading {image} into containerd failed: {save_err[-2000:]}"
                 f"{imported.stderr[-2000:]}"
             )
+        pin(ctr, address, image)
+
+
+def pin(ctr: Path, address: Path, image: str) -> str:
+    """Tag the loaded ``image`` (``REPO:TAG``) ``REPO@DIGEST`` in containerd's ``k8s.io``
+    namespace, as a pull by digest leaves it; return the digest (:func:`digest`)."""
+    found = digest(ctr, address, image)
+    repository = image.rpartition(":")[0] if ":" in image.rpartition("/")[2] else image
+    subprocess.run(
+        [str(ctr), "--address", str(address), "--namespace", "k8s.io", "images", "tag",
+         "--force", image, f"{repository}@{found}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return found
+
+
+def digest(ctr: Path, address: Path, name: str) -> str:
+    """The digest containerd's ``k8s.io`` namespace holds the image ``name`` (``REPO:TAG``) by:
+    the one a ``REPO:TAG@DIGEST`` reference resolves to, and the pods' ``imageID`` shows."""
+    out = subprocess.run(
+        [str(ctr), "--address", str(address), "--namespace", "k8s.io", "images", "list"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for line in out.splitlines()[1:]:
+        ref, _, found, *_ = line.split()
+        if ref == name:
+            return found
+    raise RuntimeError(f"containerd holds no image {name}")
 
 
 def loaded(ctr: Path, address: Path) -> set[str]:

@@ -13,8 +13,8 @@ platform-agnostic-multi-user`` of the release's source archive), changed only as
   the suite's pin, Debian's netcat for Alpine's, the profile controller's Python.
 
 Then the profile namespace :data:`PROFILE`, as Kubeflow's profile controller makes it (its
-accounts and role bindings), labelled for Pod Security ``restricted`` and for Kubeflow
-Pipelines, and given what KFP's own profile controller (``sync.py``, running as upstream
+accounts and role bindings, and the labels it sets in Kubeflow 1.10.2's default install: Pod
+Security ``baseline`` enforced, Kubeflow Pipelines enabled), and given what KFP's own profile controller (``sync.py``, running as upstream
 deploys it) returns for it: the harness posts the namespace to it as Metacontroller would, since
 Metacontroller cannot be built here, and applies what it answers.
 """
@@ -237,9 +237,12 @@ def install(cluster: Cluster) -> None:
 
 def make_profile(cluster: Cluster, namespace: str = PROFILE, owner: str = PROFILE_OWNER) -> None:
     """The profile namespace, as Kubeflow's profile controller and KFP's make it."""
+    from fakes.pod_security import kubeflow_profile_labels
+
     cluster.apply(KUBEFLOW_ROLES.read_text())
     stream = (OVERLAY / "profile.yaml").read_text()
-    cluster.apply(host.substitute(stream, NAMESPACE=namespace, OWNER=owner))
+    labels = json.dumps(kubeflow_profile_labels())
+    cluster.apply(host.substitute(stream, NAMESPACE=namespace, OWNER=owner, LABELS=labels))
     for child in sync_profile(cluster, namespace):
         cluster.apply(json.dumps(child))
 
@@ -351,12 +354,14 @@ SMALL_STEPS = (
 
 def suite_images(cluster: Cluster) -> Any:
     """The suite's component image built from this checkout under :data:`SUITE_REGISTRY` and
-    :data:`SUITE_TAG`, loaded into the node; the ``ImageSet`` naming it."""
+    :data:`SUITE_TAG`, loaded into the node; the ``ImageSet`` naming it pinned by the digest
+    the node holds it by, as a user pins what they pushed (``NAME:TAG@DIGEST``)."""
     from tfrecord_suite.images import ImageSet
 
     image_set = ImageSet(SUITE_REGISTRY, SUITE_TAG)
-    cluster.load_images([images.suite_image("component", image_set)])
-    return image_set
+    name = images.suite_image("component", image_set)
+    cluster.load_images([name])
+    return ImageSet(SUITE_REGISTRY, SUITE_TAG, (("component", cluster.image_digest(name)),))
 
 
 def storage_secret(cluster: Cluster, namespace: str = PROFILE) -> dict[str, str]:
@@ -391,8 +396,9 @@ def apply_suite_overlay(
     retrain: dict[str, Any] | None = None,
 ) -> Path:
     """``kubectl apply -k k8s/overlays/multi-user`` from a copy of ``k8s/`` edited as
-    docs/deploy.md tells a user to: ``k8s/images`` set to ``image_set``'s registry and tag (the
-    profile named in the overlay is already this one); with ``retrain``, those settings in
+    docs/deploy.md tells a user to: ``k8s/images`` set to ``image_set``'s registry and tag, and
+    the component image's digest where the set pins it (the profile named in the overlay is
+    already this one); with ``retrain``, those settings in
     ``k8s/base/retrain.yaml`` and the S3 keys' component (``k8s/credentials/s3-keys``) added to
     the overlay, as that component's comment says. Returns the copy."""
     import yaml
@@ -410,6 +416,12 @@ def apply_suite_overlay(
             raise AssertionError(f"{images_file} no longer holds {old!r}: see what it sets")
         text = text.replace(old, new)
     images_file.write_text(text)
+    digest = dict(image_set.digests).get("component")
+    if digest:  # docs/deploy.md: `digest:` under the image
+        doc = yaml.safe_load(images_file.read_text())
+        (entry,) = [e for e in doc["images"] if e["name"].endswith("/tfrecord-suite")]
+        entry["digest"] = digest
+        images_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     multi_user = overlay / "overlays" / "multi-user" / "kustomization.yaml"
     if f"namespace: {namespace}" not in multi_user.read_text():
         raise AssertionError(f"{multi_user} does not name the profile {namespace}")
@@ -458,6 +470,7 @@ class KfpProfile:
             "--pipeline", pipeline, "--image-registry", self.images.registry,
             "--image-tag", self.images.tag, "--storage-secret", STORAGE_SECRET,
             "--storage-secret-type", "s3-keys", "--step-resources", SMALL_STEPS,
+            *(["--image-digests", self.images.digests_text] if self.images.digests else []),
         ]  # fmt: skip
 
     def s3(self) -> Any:

@@ -13,7 +13,7 @@ actions do):
 * pod networking on a bridge of our own and the service network by kube-proxy in nftables mode
   (``host.py`` says what that changes on the machine);
 * the add-ons of ``addons.py``: CoreDNS, the NetworkPolicy engine, JobSet and the Kubeflow
-  Trainer; and Kubeflow Pipelines (``kfp.py``).
+  Trainer; and Kubeflow Pipelines (``kubeflow_pipelines.py``).
 
 The parts' configuration files are in ``config/`` beside this module, with ``${NAME}``
 placeholders filled in when they are written into the state folder.
@@ -158,6 +158,11 @@ class Cluster:
             images.load(stale, ctr, self.containerd_socket)
             self.loaded_ids.update({n: ids[n] for n in stale})
             self.save()
+
+    def image_digest(self, name: str) -> str:
+        """The digest the node's containerd holds the loaded image ``name`` by (tagged
+        ``REPO@DIGEST`` there: :func:`images.pin`)."""
+        return images.pin(part("containerd") / "bin" / "ctr", self.containerd_socket, name)
 
     def alive(self) -> dict[str, bool]:
         """Whether each of its processes still runs."""

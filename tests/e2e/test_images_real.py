@@ -345,7 +345,7 @@ def test_users_own_pipeline_runs_inside_the_image(engine, component_image, tmp_p
     assert os.stat(workdir / "registry" / "blobs" / "1.0.0" / "manifest.json").st_uid == 10001
 
 
-def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path):
+def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path, kubectl):
     """k8s/data-service's dispatcher and two worker containers, as kustomize renders them, run
     in the component image with their exact commands and args, and a trainer-side container
     reads a version through them: every training record exactly once, from the workers.
@@ -367,8 +367,6 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path)
     from tfrecord_suite.shard.step import ShardConfig, run_shard
     from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
 
-    if manifests.kubectl() is None:
-        pytest.skip("kubectl (kustomize) not installed")
     data = tmp_path / "data"
     csv = write_csv(str(tmp_path / "rows.csv"), ["id", "label"],
                     [[i, "ab"[i % 2]] for i in range(6_000)])  # fmt: skip

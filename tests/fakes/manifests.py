@@ -1,6 +1,7 @@
 """The k8s/ manifests as a cluster would get them.
 
-``render(target)`` is ``kubectl kustomize`` (kustomize v5) where kubectl is installed.
+``render(target)`` is ``kubectl kustomize`` (kustomize v5), with the kubectl ``make real-parts``
+builds (the conftest's ``kubectl`` fixture skips a test without one, and fails it under CI).
 ``cronjob(overlay)`` needs no kubectl: the base CronJob with the overlay's JSON patches applied
 (RFC 6902, as kustomize applies them), the images component's rewrite and the base's replacement
 (the image into the container's TFRECORD_SUITE_IMAGE); a test checks that it equals kubectl's
@@ -27,7 +28,13 @@ def load(path: str) -> list[dict[str, Any]]:
 
 
 def kubectl() -> str | None:
-    """The kubectl binary (it embeds kustomize), if installed."""
+    """The kubectl the suite builds (``make real-parts``: Kubernetes at the pinned version,
+    kustomize embedded), else one on ``PATH``; None where neither is there."""
+    from realparts import controlplane
+
+    built = controlplane.built("kubernetes")
+    if built is not None and (built / "bin" / "kubectl").exists():
+        return str(built / "bin" / "kubectl")
     return shutil.which("kubectl")
 
 

@@ -9,7 +9,18 @@ the same pod templates on the real API server (tests/integration/test_pod_securi
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+#: Kubeflow's own manifests of the release the docs target (schemas/kubeflow-pipelines/SOURCE.md)
+KUBEFLOW_MANIFESTS = (
+    Path(__file__).resolve().parent
+    / "schemas"
+    / "kubeflow-pipelines"
+    / "kubeflow-manifests-v1.10.2"
+)
 
 #: Capabilities ``baseline`` lets a container add; ``restricted`` allows only NET_BIND_SERVICE.
 RESTRICTED_ADDABLE = {"NET_BIND_SERVICE"}
@@ -104,3 +115,15 @@ def violations(template: dict[str, Any]) -> list[str]:
         if added:
             out.append(f"capabilities: container {name} adds {sorted(added)}")
     return out
+
+
+def kubeflow_profile_labels() -> dict[str, str]:
+    """The labels Kubeflow's profile controller puts on a profile's namespace in its release's
+    default install (kubeflow/manifests v1.10.2 ``example/``): its ConfigMap
+    ``namespace-labels-data``, the base file with ``applications/profiles/pss``'s merged over it
+    (``pod-security.kubernetes.io/enforce: baseline``). An empty value removes a label, as the
+    controller reads it."""
+    labels: dict[str, str] = {}
+    for name in ("profiles-namespace-labels.yaml", "profiles-pss-namespace-labels.yaml"):
+        labels.update(yaml.safe_load((KUBEFLOW_MANIFESTS / name).read_text()))
+    return {key: value for key, value in labels.items() if value}

@@ -78,26 +78,26 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
         batch_size=16, learning_rate=0.01, model_fn="", model=model, metrics=metrics,
         classification_metrics=confusion, report=report,
     )  # fmt: skip
-    evaluation, comparison = out("evaluate", "evaluation"), out("evaluate", "comparison")
-    decision = tasks.evaluate_task(
+    evaluation, decision = out("evaluate", "evaluation"), out("evaluate", "decision")
+    gate = tasks.evaluate_task(
         dataset=dataset, model=model, model_registry="", model_name="", baseline_alias="stable",
-        tolerance=0.0, evaluation=evaluation, comparison=comparison,
+        tolerance=0.0, evaluation=evaluation, decision=decision,
     )  # fmt: skip
     registered = out("register", "registered")
     number = tasks.register_task(
-        dataset=dataset, model=model, evaluation=evaluation, model_registry="", model_name="",
+        dataset=dataset, model=model, decision=decision, model_registry="", model_name="",
         registered=registered,
     )  # fmt: skip
-    assert (decision, number) == ("promote", 1)
+    assert (gate, number) == ("promote", 1)
     assert tasks.promote_task(
-        registered=registered, evaluation=evaluation, model_registry="", model_name="",
+        registered=registered, decision=decision, model_registry="", model_name="",
         alias="stable",
     ) == 1  # fmt: skip
     summary = out("report", "summary")
     report_json = json.loads(
         tasks.report_task(
             dataset=dataset, model=model, metrics=metrics, summary=summary,
-            evaluation=evaluation, registered=registered,
+            decision=decision, registered=registered,
         )
     )  # fmt: skip
 
@@ -108,7 +108,7 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
         "dataset card": card.path,
         "model (export, metrics, reports)": model.path,
         "training report": report.path,
-        "comparison": comparison.path,
+        "decision": decision.path,
         "registered (model.json)": registered.path,
         "run summary": summary.path,
     }

@@ -8,7 +8,7 @@ by the parts that enforce it in a real cluster rather than by our reading of the
   job's nodes, and the step's own pod) and no other run's. Each refused client reaches a server
   with no policy at the same time, so the refusal is the policy's, not a broken network.
 - **Pod Security restricted**, by the API server's PodSecurity admission in namespaces that
-  enforce it, as a Kubeflow profile's does: the pods the cluster itself makes from our objects
+  enforce it (stricter than a Kubeflow profile's ``baseline``): the pods the cluster itself makes from our objects
   (the StatefulSets' dispatchers and workers; a TrainJob's nodes, made by JobSet, are
   test_cluster_training's) are admitted and run, checked on the pods as stored, with the UID
   the runtime ran them as; the lease's Job template draws no warning; a template that loses a

@@ -9,7 +9,7 @@ The step runs exactly as its compiled component says (``components/training/trai
 its command, ``kfp.dsl.executor_main`` on an executor input), as the run's account with the
 suite's launcher Role (k8s/base), told about itself through the downward API as the compiled
 pipelines do (tfrecord_suite.podinfo), in a namespace that enforces Pod Security
-``restricted`` as a Kubeflow profile's does. The test writes the executor input itself, and the
+``restricted`` (stricter than a Kubeflow profile's ``baseline``). The test writes the executor input itself, and the
 artifacts and the dataset registry live on a folder of the node that the step's pod and the
 nodes mount at the same path, standing in for the bucket: a PersistentVolume of that folder
 claimed in the test's namespace (:func:`shared_claim`; a restricted pod may mount a claim, never

@@ -31,6 +31,7 @@ from tfrecord_suite.launch.job import JobError, job_name
 from tfrecord_suite.launch.lease import lease_name
 from tfrecord_suite.registry.datasets import Registry
 from tfrecord_suite.shard.step import ShardConfig, run_shard
+from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
 from tfrecord_suite.train.trainer import TrainConfig, served_input
 
 K8S = os.path.join(os.path.dirname(__file__), "..", "..", "k8s")
@@ -302,16 +303,25 @@ def _four_files_version(base, registry_root: str) -> str:
 
 
 @pytest.mark.k8s
+@pytest.mark.parametrize("store", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_train_step_gives_the_job_nodes_its_runs_service(
-    k8s, k8s_nodes, k8s_runner, four_files, tmp_path, monkeypatch
+    k8s, k8s_nodes, k8s_runner, four_files, tmp_path, monkeypatch, request, store
 ):
     """cluster:2 in the train step: the service is started for the run before the job, each
     node reads through its dispatcher (--input-service grpc://...), and both are gone after.
     Its workers request what the compiled placement says (--service-cpu-request and
-    --service-memory-request; a memory request above the default limit raises the limit)."""
+    --service-memory-request; a memory request above the default limit raises the limit).
+    A version on s3:// (shards the reader stages): each worker is told to stage its share of
+    that version first (its place in the dispatcher's list, the nodes' count of input
+    pipelines), given the time to with a startup probe, and the nodes read the workers'
+    copies (--served-copies)."""
     from tfrecord_suite.launch.placement import Placement
+    from tfrecord_suite.registry.datasets import resolve_dataset
+    from tfrecord_suite.train.served import SERVED_DIR
 
     ns = k8s_runner.namespace
+    if store == "s3":
+        four_files = _four_files_version(tmp_path, f"{request.getfixturevalue('s3_bucket')}/reg")
     registry = four_files.rsplit("/", 1)[0]
     shared = os.path.join(registry, "_runs", job_name("run-7"), "model")
     write_chief_outputs(shared, replicas=2, accuracy=0.8, per_second=10.0)
@@ -354,6 +364,18 @@ def test_train_step_gives_the_job_nodes_its_runs_service(
         "requests": {"cpu": "250m", "memory": "12Gi"},
         "limits": {"memory": "12Gi"},
     }
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    staging = [a for a in container["args"] if a.startswith("--stage-")]
+    if store == "s3":
+        assert staging == [
+            f"--stage-dataset={resolve_dataset(four_files)[1]}",
+            "--stage-pipelines=2",
+            f"--stage-workers={name}-worker-0.{name}:5051,{name}-worker-1.{name}:5051",
+        ]
+        assert container["startupProbe"]["exec"]["command"][-1] == "/tmp/tfrs-data-service.ready"
+        assert args[args.index("--served-copies") + 1] == SERVED_DIR
+    else:  # TensorFlow reads the files: nothing staged
+        assert not staging and "startupProbe" not in container and "--served-copies" not in args
     # the service and the job are the lease's; the lease is the step pod's
     assert lease["metadata"]["ownerReferences"] == [owner]
     for obj in [*seen.values(), job]:
@@ -374,16 +396,15 @@ def test_too_few_files_for_the_workers_is_refused_before_anything_starts(
         train_step(four_files, tmp_path, workers=2, input_service="cluster:3")
 
 
-def test_a_dataset_on_s3_is_refused_for_a_service_before_anything_starts(
-    s3_bucket, tmp_path, monkeypatch
+@pytest.mark.s3
+def test_a_dataset_on_s3_through_a_shared_service_is_refused_saying_what_serves_it(
+    s3_bucket, tmp_path
 ):
-    """Its shards would be staged to the trainer's disk, which the workers cannot do: said
-    before any pod is asked for, not after waiting for the service's (the kubeconfig names
-    no API)."""
+    """A shared service (grpc://, k8s/data-service) has no worker that stages: the reader
+    refuses before any pass, naming the services whose workers stage their shares."""
     ref = _four_files_version(tmp_path, f"{s3_bucket}/reg")
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
-    with pytest.raises(UserError, match=r"/rows/.*staged to local disk .* tf.data service workers"):
-        train_step(ref, tmp_path, input_service="cluster:1")
+    with pytest.raises(UserError, match=r"/rows/.*staged to local disk .*local:N, or cluster:N"):
+        dataset_for_split(ref, "train", ReaderConfig(batch_size=8), service="grpc://h:5050")
 
 
 def test_cluster_workers_outside_the_pipeline_say_what_to_use(tmp_path):

@@ -247,6 +247,7 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
             learning_rate=0.01,
             feature_config=str(cfg_path),
             probe_steps=0,
+            reproducible=True,
         )
     )
     assert metrics.evaluation["test"]["accuracy"] > 0.8

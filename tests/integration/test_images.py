@@ -4,6 +4,7 @@ signature. Real TensorFlow and Beam on small images cut from scikit-learn's samp
 shard-time resize is tested in test_shard.py)."""
 
 import io
+import itertools
 import json
 import os
 
@@ -229,7 +230,11 @@ def test_png_data_takes_the_old_path_through_the_reader(folders):
 def test_training_with_a_crop_on_jpegs_serves_what_evaluation_computes(
     folders, jpeg_version, tmp_path, caplog
 ):
-    """Fused crops and DCT-scaled decodes while training; serving == the evaluation pipeline."""
+    """Fused crops and DCT-scaled decodes while training; serving == the evaluation pipeline.
+
+    Trained reproducibly (op determinism, the reader's order kept) at a learning rate where the
+    loss falls every epoch: at 0.01 on two photos it fell to 1e-4 and spiked again in the last
+    epoch (one CI run ended at accuracy 0.56), which proved nothing either way."""
     import logging
 
     import keras
@@ -251,16 +256,17 @@ def test_training_with_a_crop_on_jpegs_serves_what_evaluation_computes(
             model_dir=model_dir,
             epochs=6,
             batch_size=16,
-            learning_rate=0.01,
+            learning_rate=0.001,
             feature_config=str(cfg_path),
             probe_steps=3,
+            reproducible=True,
         )
     )
-    # it learns: at lr 0.01 on two photos the loss reaches ~1e-4 and may spike again in the last
-    # epoch (one CI run: 0.63, 0.37, 0.06, 3e-4, 0.03, 1.05), so not the last against the first
+    # it learns from the crops (here: 0.66, 0.59, 0.50, 0.38, 0.28, 0.14; test accuracy 0.94)
     loss = metrics.history["loss"]
-    assert min(loss[1:]) < loss[0] / 2, loss
-    assert metrics.evaluation["test"]["accuracy"] >= 0.7  # two photos: chance is 0.5
+    assert all(b < a for a, b in itertools.pairwise(loss)), loss
+    assert loss[-1] < loss[0] / 2, loss
+    assert metrics.evaluation["test"]["accuracy"] >= 0.75  # two photos: chance is 0.5
     assert "training crops (20, 28) decoded alone" in caplog.text
     assert "decoded at 1/2, 1/4 or 1/8 scale" in caplog.text
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fakes.pod_security import kubeflow_profile_labels
 from realparts import standins
 from realparts.processes import wait_for
 from tfrecord_suite.launch import discovery
@@ -43,10 +44,11 @@ UPSTREAM = REPO / "tests" / "fakes" / "schemas" / "kubeflow-pipelines"
 PROFILE = "kubeflow-user-example-com"
 #: The accounts pipeline runs use: standalone KFP's runner account, and a profile's.
 RUN_ACCOUNTS = {"standalone": ("kubeflow", "pipeline-runner"), "multi-user": (PROFILE, "default-editor")}  # fmt: skip
-#: Pod Security Standards: Kubeflow enforces baseline in profile namespaces; we hold our pods to
+#: Pod Security Standards: a profile's namespace as Kubeflow's profile controller labels it
+#: (baseline enforced, fakes/pod_security.kubeflow_profile_labels); we hold our pods to
 #: restricted, so the API server's warnings for it are failures here.
 PSS_LABELS = {
-    "pod-security.kubernetes.io/enforce": "baseline",
+    **{k: v for k, v in kubeflow_profile_labels().items() if k.startswith("pod-security.")},
     "pod-security.kubernetes.io/warn": "restricted",
 }
 #: A common 4 vCPU / 16 GB node, and what it leaves for pods after the kubelet's reservations

@@ -135,9 +135,8 @@ def test_images_come_from_one_place():
 
 # --------------------------------------------------------------------- rendered with kustomize
 
-needs_kubectl = pytest.mark.skipif(
-    manifests.kubectl() is None, reason="kubectl (kustomize) not installed"
-)
+#: renders k8s/ with the kubectl the suite builds (conftest's ``kubectl``: fails under CI without)
+needs_kubectl = pytest.mark.usefixtures("kubectl")
 
 
 @needs_kubectl

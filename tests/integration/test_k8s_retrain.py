@@ -152,13 +152,25 @@ def _edited_k8s(tmp_path, bucket, digest=""):
     return copy
 
 
-def _check_upload(upload, platform):
+def _check_upload(upload, platform, digest=""):
+    """What the uploaded pipeline must say: k8s/images' registry and tag on every step, the
+    component image by its ``digest`` where k8s/images pins it (the GPU trainer, which k8s/images
+    does not name, by the tag), and retrain.yaml's placement and Secrets."""
     executors = upload["deploymentSpec"]["executors"]
+    pinned = f"@{digest}" if digest else ""
     for name, executor in executors.items():
-        image = executor["container"]["image"]
-        assert image.startswith("eu.gcr.io/acme/ml/") and image.endswith(":2026.11"), name
+        if name != "exec-train":
+            assert executor["container"]["image"] == (
+                f"eu.gcr.io/acme/ml/tfrecord-suite:2026.11{pinned}"
+            ), name
+            env = {e["name"]: e["value"] for e in executor["container"]["env"]}
+            assert env["TFRECORD_SUITE_IMAGE"] == executor["container"]["image"], name
     assert executors["exec-train"]["container"]["image"] == (
         "eu.gcr.io/acme/ml/tfrecord-suite-gpu:2026.11"
+    )
+    train = upload["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
+    assert train["data_service_image"]["runtimeValue"]["constant"] == (
+        f"eu.gcr.io/acme/ml/tfrecord-suite:2026.11{pinned}"
     )
     assert executors["exec-train"]["container"]["resources"]["accelerator"]["resourceCount"] == "2"
     k8s = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
@@ -171,7 +183,7 @@ def _check_upload(upload, platform):
 
 
 @pytest.mark.gcs
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
+@pytest.mark.usefixtures("kubectl")
 @pytest.mark.parametrize("digest", ["", DIGEST], ids=["by tag", "pinned by digest"])
 def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say(
     tmp_path, gcs_bucket, monkeypatch, digest
@@ -225,7 +237,7 @@ def test_the_cronjob_and_ci_upload_what_the_one_settings_file_and_k8s_images_say
         assert result.exit_code == 0, result.output
         cron_out = json.loads(result.stdout)
         (upload,) = [r for r in api.requests if r["path"].endswith("/upload")]
-        _check_upload(upload["uploaded"], upload["platform"])
+        _check_upload(upload["uploaded"], upload["platform"], digest)
         (run,) = api.runs.values()
         params = run["runtime_config"]["parameters"]
         assert params["epochs"] == 7 and params["learning_rate"] == 0.02

@@ -10,6 +10,8 @@ executions and artifacts from ML Metadata through the UI's gRPC-web endpoint
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -75,16 +77,29 @@ def run_pods(profile: Any, run_id: str) -> list[Any]:
 def assert_images_compiled(profile: Any, pods: list[Any]) -> None:
     """Each container of these pods runs an image the cluster's registry names or one of KFP's
     own (driver, launcher, Argo's executor): none names the suite's default registry, which the
-    node does not hold."""
+    node does not hold. Every container of the suite's image names it by the digest the
+    profile's images are pinned by (``k8s/images``' ``digest:``, ``--image-digests``), and
+    the node ran that very image: its ``imageID`` has the digest."""
     from tfrecord_suite.images import DEFAULT_REGISTRY
 
     assert pods
-    seen = set()
+    pinned = profile.images.component
+    digest = pinned.rpartition("@")[2]
+    assert digest.startswith("sha256:"), pinned
+    seen, ran = set(), []
     for pod in pods:
+        statuses = {s.name: s for s in [*(pod.status.container_statuses or []),
+                                        *(pod.status.init_container_statuses or [])]}  # fmt: skip
         for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]:
             seen.add(container.image)
             assert not container.image.startswith(DEFAULT_REGISTRY), (pod.metadata.name, seen)
-    assert f"{profile.images.registry}/tfrecord-suite:{profile.images.tag}" in seen, seen
+            if container.image.startswith(f"{profile.images.registry}/"):
+                assert container.image == pinned, (pod.metadata.name, container.image)
+                status = statuses.get(container.name)
+                if status is not None and status.image_id:
+                    assert status.image_id.endswith(digest), (pod.metadata.name, status.image_id)
+                    ran.append(pod.metadata.name)
+    assert pinned in seen and ran, (seen, ran)
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +126,9 @@ def params(values: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def data_run(kfp_profile, penguins) -> dict[str, Any]:
-    """The data pipeline's first run on the penguins (its submit summary)."""
-    return submit(kfp_profile, "data", *params(penguins))
+    """The data pipeline's first run on the penguins (its submit summary), in 4 training shards:
+    a run's tf.data service of two workers reads whole files of each of two trainers'."""
+    return submit(kfp_profile, "data", *params({**penguins, "num_shards": 4}))
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +188,22 @@ def test_retraining_pipeline_reports_its_metrics_and_a_second_run_is_cached(kfp_
     assert len(matrix["annotationSpecs"]) == 3 == len(matrix["rows"])  # three species
     # the test split's 33 penguins, each counted once
     assert sum(sum(row["row"]) for row in matrix["rows"]) == 33
-    evaluation = tasks["Evaluate against the stable model"]["outputs"]["evaluation"]
-    assert evaluation["properties"]["decision"] == "promote"  # no baseline yet
+    # every metrics artifact of the run holds numbers only (what Compare runs lines up); the
+    # gate's decision is a Markdown artifact of its own
+    from tfrecord_suite.kfp.mlmd import LAUNCHER_PROPERTIES
+
+    for execution in tasks.values():
+        for output in execution["outputs"].values():
+            if output["type"] == "system.Metrics":
+                scalars = {k: v for k, v in output["properties"].items()
+                           if k not in LAUNCHER_PROPERTIES}  # fmt: skip
+                assert scalars and all(isinstance(v, float) for v in scalars.values()), scalars
+    evaluate = tasks["Evaluate against the stable model"]["outputs"]
+    assert set(evaluate["evaluation"]["properties"]) - set(LAUNCHER_PROPERTIES) == {
+        "candidate_accuracy"
+    }
+    assert evaluate["decision"]["type"] == "system.Markdown"
+    assert evaluate["decision"]["properties"]["decision"] == "promote"  # no baseline yet
     registered = tasks["Register model"]["outputs"]["registered"]["properties"]
     assert registered["model"] == "penguins" and registered["version"] == 1.0
     assert tasks["Report"]["outputs"]["summary"]["type"] == "system.Markdown"
@@ -213,71 +243,235 @@ def trainjob_objects(profile: Any) -> tuple[list[dict], list[Any]]:
     return jobs, pods
 
 
-def test_training_pipeline_launches_its_trainjob_as_the_runs_own_account(kfp_profile, dataset_ref):
-    """The training pipeline with workers=2: its train step, inside the KFP run, creates a
-    TrainJob as the run's own account (the profile's default-editor, which k8s/ binds the
-    launcher Role to), the Trainer and JobSet run its two nodes from the compiled images, both
-    train, and the step deletes the TrainJob when done."""
-    account = f"system:serviceaccount:{kfp_profile.namespace}:default-editor"
-    seen_jobs: dict[str, dict] = {}
-    seen_images: set[str] = set()
-    started = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
-                     *params({"dataset_ref": dataset_ref, "workers": 2, "epochs": 3,
-                              "batch_size": 32}), wait=False)  # fmt: skip
-    kfp = client(kfp_profile)
-    deadline = time.monotonic() + 2400
-    while time.monotonic() < deadline:
-        jobs, pods = trainjob_objects(kfp_profile)
-        seen_jobs.update({j["metadata"]["name"]: j for j in jobs})
-        seen_images.update(c.image for p in pods for c in p.spec.containers)
-        run = kfp.get_run(started["run_id"])
-        if run.state in ("SUCCEEDED", "FAILED", "CANCELED"):
-            break
-        time.sleep(5)
-    assert run.state == "SUCCEEDED", run.error
-    (job,) = seen_jobs.values()
-    assert job["spec"]["trainer"]["numNodes"] == 2
-    assert seen_images == {f"{kfp_profile.images.registry}/tfrecord-suite:{kfp_profile.images.tag}"}
-    created = [
-        e for e in kfp_profile.cluster.control_plane.requests_by(account)
-        if e["verb"] == "create" and e["objectRef"].get("resource") == "trainjobs"
-    ]  # fmt: skip
-    assert created and created[0]["responseStatus"]["code"] == 201, created
-    assert not trainjob_objects(kfp_profile)[0]  # deleted when training was done
-    model = lineage(kfp_profile, started["run_id"])["Train (tf.distribute)"]["outputs"]["model"]
-    assert model["properties"]["replicas"] == 2.0
-    assert model["properties"]["strategy"] == "CollectiveAllReduceStrategy"
-    assert_images_compiled(kfp_profile, run_pods(kfp_profile, started["run_id"]))
+def test_a_run_cancelled_mid_train_is_over_within_a_minute(kfp_profile, dataset_ref):
+    """Terminated from the API while its TrainJob's two nodes train, the run is over within a
+    minute, all of it: the run ended (KFP 2.17 reports a terminated run as FAILED: nothing in
+    it writes CANCELED), none of its pods (KFP's drivers and steps, labelled with the run's
+    id, and the TrainJob's nodes) still Pending or Running, the TrainJob and its nodes' pods
+    deleted (Argo signals the step, whose launcher deletes the job it made). The TrainJob
+    watched is the run's own: named after the run, owned by the run's lease, which the run's
+    own train step pod owns."""
+    from kubernetes import client as k8s
 
+    from realparts.processes import WaitError, wait_for
+    from tfrecord_suite.launch.job import job_name
+    from tfrecord_suite.launch.lease import lease_name
 
-def test_a_run_cancelled_mid_train_leaves_nothing_running(kfp_profile, dataset_ref):
-    """Terminated from the API while its TrainJob's two nodes train, the run ends (KFP 2.17
-    reports a terminated run as FAILED: nothing in it writes CANCELED) and within a minute its
-    TrainJob and the nodes' pods are gone: Argo signals the step, whose launcher deletes the
-    job it made."""
     started = submit(kfp_profile, "training", "--launcher", "trainjob", *SMALL_JOB,
                      *params({"dataset_ref": dataset_ref, "workers": 2, "epochs": 500,
                               "batch_size": 32}), wait=False)  # fmt: skip
-    from realparts.processes import wait_for
+    run_id, ns = started["run_id"], kfp_profile.namespace
+    name = job_name(run_id)
 
-    def nodes_training() -> bool:
-        _, pods = trainjob_objects(kfp_profile)
-        return len([p for p in pods if p.status.phase == "Running"]) == 2
+    def own_job() -> tuple[dict | None, list[Any]]:
+        jobs, pods = trainjob_objects(kfp_profile)
+        job = next((j for j in jobs if j["metadata"]["name"] == name), None)
+        nodes = [p for p in pods if p.metadata.labels["jobset.sigs.k8s.io/jobset-name"] == name]
+        return job, nodes
 
-    wait_for(nodes_training, 1800, "the TrainJob's two nodes running", interval=3)
+    def nodes_training() -> dict | None:
+        job, nodes = own_job()
+        return job if len([p for p in nodes if p.status.phase == "Running"]) == 2 else None
+
+    job = wait_for(nodes_training, 1800, f"the TrainJob {name}'s two nodes running", interval=3)
+    # the run's own: its lease owns it, and the run's train step pod owns the lease
+    api = kfp_profile.cluster.api_client()
+    (owner,) = job["metadata"]["ownerReferences"]
+    lease = k8s.BatchV1Api(api).read_namespaced_job(lease_name(name), ns)
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", lease.metadata.name,
+                                                            lease.metadata.uid)  # fmt: skip
+    (step_ref,) = lease.metadata.owner_references
+    step = k8s.CoreV1Api(api).read_namespaced_pod(step_ref.name, ns)
+    assert step.metadata.uid == step_ref.uid and step.metadata.labels["pipeline/runid"] == run_id
     time.sleep(20)  # well into training
     kfp = client(kfp_profile)
-    kfp.terminate_run(started["run_id"])
+    kfp.terminate_run(run_id)
     cancelled = time.monotonic()
-    wait_for(lambda: trainjob_objects(kfp_profile) == ([], []), 60,
-             "the TrainJob and its pods deleted", interval=2)  # fmt: skip
-    gone = time.monotonic() - cancelled
-    run = wait_for(
-        lambda: (r := kfp.get_run(started["run_id"])).state in ("FAILED", "CANCELED") and r,
-        300, "the run's end", interval=5,
-    )  # fmt: skip
-    print(f"TrainJob and nodes gone {gone:.0f} s after the run was terminated; run {run.state}")
-    assert run.state in ("FAILED", "CANCELED")
+    left: dict[str, Any] = {}
+
+    def over() -> bool:
+        job, nodes = own_job()
+        left.update(
+            trainjob=job and job["metadata"]["name"],
+            nodes=[p.metadata.name for p in nodes],
+            live=[p.metadata.name for p in run_pods(kfp_profile, run_id)
+                  if p.status.phase in ("Pending", "Running")],
+            state=kfp.get_run(run_id).state,
+        )  # fmt: skip
+        return not (left["trainjob"] or left["nodes"] or left["live"]) and left["state"] in (
+            "FAILED", "CANCELED")  # fmt: skip
+
+    try:
+        wait_for(over, 60, "the run over", interval=2)
+    except WaitError:
+        pytest.fail(f"60 s after the run was terminated, still: {left}")
+    print(f"run {left['state']}, its pods and TrainJob gone "
+          f"{time.monotonic() - cancelled:.0f} s after it was terminated")  # fmt: skip
+
+
+def _selected(selector: dict[str, str], labels: dict[str, str] | None) -> bool:
+    """Whether a NetworkPolicy's ``matchLabels`` selects a pod of these labels."""
+    return all((labels or {}).get(k) == v for k, v in selector.items())
+
+
+@dataclasses.dataclass
+class Watched:
+    """What a training run made while it ran, polled every few seconds (:func:`watch`).
+
+    Attributes:
+        state: The run's final state.
+        seconds: From submission to its end.
+        trainjob: The run's TrainJob (named after the run), as last seen.
+        pods: ``name -> labels`` of every pod of the run seen Running: KFP's (labelled with
+            the run's id), the TrainJob's nodes, the service's.
+        images: Every image a pod of the TrainJob or the service ran.
+        step_pod: The pod that owned the run's lease: the train step's.
+        policy: The run's service's NetworkPolicy (None: no service).
+        logs: ``pod -> log`` of the service's workers.
+
+    """
+
+    state: str = ""
+    seconds: float = 0.0
+    trainjob: dict | None = None
+    pods: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    images: set[str] = dataclasses.field(default_factory=set)
+    step_pod: str = ""
+    policy: Any = None
+    logs: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def watch(profile: Any, run_id: str, timeout: float = 2400) -> Watched:
+    """Poll the run's objects until it ends (see :class:`Watched`)."""
+    from kubernetes import client as k8s
+
+    from tfrecord_suite.launch.job import job_name
+    from tfrecord_suite.launch.lease import lease_name
+
+    api = profile.cluster.api_client()
+    core, net, batch = k8s.CoreV1Api(api), k8s.NetworkingV1Api(api), k8s.BatchV1Api(api)
+    ns, job = profile.namespace, job_name(run_id)
+    service = f"{job}-data"
+    kfp_client, seen, started = client(profile), Watched(), time.monotonic()
+    while time.monotonic() - started < timeout:
+        jobs, all_nodes = trainjob_objects(profile)
+        seen.trainjob = next((j for j in jobs if j["metadata"]["name"] == job), seen.trainjob)
+        nodes = [p for p in all_nodes if p.metadata.labels["jobset.sigs.k8s.io/jobset-name"] == job]
+        served = core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/name={service}")
+        for pod in [*run_pods(profile, run_id), *nodes, *served.items]:
+            if pod.status.phase == "Running":
+                seen.pods[pod.metadata.name] = pod.metadata.labels
+        seen.images.update(c.image for p in [*nodes, *served.items] for c in p.spec.containers)
+        seen.policy = next((p for p in net.list_namespaced_network_policy(ns).items
+                            if p.metadata.name == service), seen.policy)  # fmt: skip
+        with contextlib.suppress(k8s.exceptions.ApiException):  # the lease, while it lives
+            (owner,) = batch.read_namespaced_job(lease_name(job), ns).metadata.owner_references
+            seen.step_pod = owner.name
+        for pod in served.items:
+            if pod.metadata.labels.get("app.kubernetes.io/component") == "worker":
+                with contextlib.suppress(k8s.exceptions.ApiException):  # not started yet
+                    seen.logs[pod.metadata.name] = core.read_namespaced_pod_log(
+                        pod.metadata.name, ns
+                    )
+        seen.state = kfp_client.get_run(run_id).state
+        if seen.state in ("SUCCEEDED", "FAILED", "CANCELED"):
+            break
+        time.sleep(5)
+    seen.seconds = time.monotonic() - started
+    return seen
+
+
+def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_it(
+    kfp_profile, dataset_ref
+):
+    """The training pipeline with workers=2 on the version on the cluster's object store
+    (SeaweedFS, s3://), twice: its train step, inside the KFP run, creates the run's TrainJob
+    (named after the run) as the run's own account (the profile's default-editor, which k8s/
+    binds the launcher Role to), the Trainer and JobSet run its two nodes on the compiled image
+    (by its digest), both train, and the step deletes the TrainJob when done. The second run
+    reads through its own tf.data service (cluster:2): each service worker stages its share of
+    the shards before it serves (its log says which, each shard once), and the run scores what
+    the first scored reading the shards itself. The service's NetworkPolicy, enforced by the
+    cluster's engine, admits the run's real trainers by the labels they carry: both nodes as
+    the Trainer and JobSet made them and KFP's pod of the train step (the one that owns the
+    run's lease), and no other pod of the run."""
+    from test_cluster_training import host_volume, shared_folder
+
+    from tfrecord_suite.launch.job import job_name
+
+    account = f"system:serviceaccount:{kfp_profile.namespace}:default-editor"
+    common = {
+        "dataset_ref": dataset_ref,
+        "workers": 2,
+        "epochs": 12,
+        "batch_size": 16,
+        "learning_rate": 0.01,
+    }
+    # two nodes, the step, the service's dispatcher (500m) and two workers on the 2-CPU node
+    small = ["--cpu-request", "150m", "--memory-request", "2Gi"]
+    alone_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,
+                       *params(common), wait=False)["run_id"]  # fmt: skip
+    alone = watch(kfp_profile, alone_run)
+    assert alone.state == "SUCCEEDED", alone
+    assert alone.trainjob["spec"]["trainer"]["numNodes"] == 2
+    assert alone.images == {kfp_profile.images.component}  # pinned by its digest
+    created = [e for e in kfp_profile.cluster.control_plane.requests_by(account)
+               if e["verb"] == "create" and e["objectRef"].get("resource") == "trainjobs"
+               and e["objectRef"].get("name") == job_name(alone_run)]  # fmt: skip
+    assert [e["responseStatus"]["code"] for e in created] == [201], created
+    assert job_name(alone_run) not in {  # deleted when training was done
+        j["metadata"]["name"] for j in trainjob_objects(kfp_profile)[0]
+    }
+    model = lineage(kfp_profile, alone_run)["Train (tf.distribute)"]["outputs"]["model"]
+    assert model["properties"]["replicas"] == 2.0
+    assert model["properties"]["strategy"] == "CollectiveAllReduceStrategy"
+    assert_images_compiled(kfp_profile, run_pods(kfp_profile, alone_run))
+
+    served_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,
+                        "--service-cpu-request", "100m", "--service-memory-request", "1Gi",
+                        *params({**common, "input_service": "cluster:2"}),
+                        wait=False)["run_id"]  # fmt: skip
+    name = f"{job_name(served_run)}-data"
+    journal = shared_folder(kfp_profile.cluster) / f"journal-{name}"
+    journal.mkdir(mode=0o777, exist_ok=True)
+    journal.chmod(0o777)
+    # the node has no volume provisioner: the dispatcher's journal claim gets a volume of the
+    # node's folder, as a cluster's default StorageClass would give it one
+    with host_volume(kfp_profile.cluster, kfp_profile.namespace,
+                     f"journal-{name}-dispatcher-0", journal):  # fmt: skip
+        served = watch(kfp_profile, served_run)
+    assert served.state == "SUCCEEDED", served
+    assert served.images == {kfp_profile.images.component}  # nodes, dispatcher, workers
+    assert_images_compiled(kfp_profile, run_pods(kfp_profile, served_run))
+    staged = {pod: line for pod, log in served.logs.items() for line in log.splitlines()
+              if line.startswith("staged ")}  # fmt: skip
+    assert sorted(staged) == [f"{name}-worker-0", f"{name}-worker-1"], served.logs
+    assert all(" of 4 train shards of penguins@1.0.0 " in line for line in staged.values())
+    assert sum(int(line.split()[1]) for line in staged.values()) == 4, staged  # each shard once
+
+    def accuracy(run: str) -> float:
+        metrics = lineage(kfp_profile, run)["Train (tf.distribute)"]["outputs"]["metrics"]
+        return metrics["properties"]["test_accuracy"]
+
+    with_service, without = accuracy(served_run), accuracy(alone_run)
+    print(f"test accuracy {with_service:.3f} through the service ({served.seconds:.0f} s), "
+          f"{without:.3f} without ({alone.seconds:.0f} s); staged: {staged}")  # fmt: skip
+    assert with_service >= 0.85 and without >= 0.85, (with_service, without)
+    assert abs(with_service - without) <= 0.1, (with_service, without)
+
+    assert served.policy is not None
+    selectors = [peer.pod_selector.match_labels for rule in served.policy.spec.ingress
+                 for peer in rule._from if peer.pod_selector is not None]  # fmt: skip
+    trainers = {
+        pod
+        for pod, labels in served.pods.items()
+        if "app.kubernetes.io/name" not in labels or labels["app.kubernetes.io/name"] != name
+    }
+    admitted = {pod for pod in trainers
+                if any(_selected(s, served.pods[pod]) for s in selectors)}  # fmt: skip
+    nodes = {pod for pod in trainers if "jobset.sigs.k8s.io/jobset-name" in served.pods[pod]}
+    assert len(nodes) == 2 and served.step_pod in trainers, (served.pods, served.step_pod)
+    assert admitted == {*nodes, served.step_pod}, (admitted, selectors, served.pods)
 
 
 def test_a_recurring_run_starts_runs_on_its_schedule(kfp_profile, penguins):
@@ -319,7 +513,9 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
     """The retraining CronJob of k8s/ (multi-user overlay, its own account and narrow Role,
     its projected token) runs in the profile as deployed and starts a run on the API server.
     The real API server authorizes what that account may do (SubjectAccessReview on
-    pipelines.kubeflow.org): reading the run it made is allowed, terminating it is refused."""
+    pipelines.kubeflow.org): reading the run it made is allowed, terminating it is refused.
+    With k8s/images pinning the component image by digest, the CronJob and the run it submits
+    run it by that digest."""
     from cluster import kubeflow_pipelines as kfp
     from kubernetes import client as k8s
 
@@ -354,6 +550,18 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
     summary = summary_of(log.decode())
     assert summary["submitted"], summary
     run_id = summary["run_id"]
+    # k8s/images pins the component image by digest: the CronJob runs it so, and compiles the
+    # run it submits for it, whose steps run it so too (imageID: the node ran that image)
+    assert_images_compiled(kfp_profile, [pod])
+
+    def a_step_ran() -> list[Any]:
+        pods = run_pods(kfp_profile, run_id)
+        started = [s for p in pods for s in (p.status.container_statuses or []) if s.image_id
+                   and s.image.startswith(kfp_profile.images.registry)]  # fmt: skip
+        return pods if started else []
+
+    assert_images_compiled(kfp_profile, wait_for(a_step_ran, 900, "a step of the CronJob's run",
+                                                 interval=5))  # fmt: skip
 
     token = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
     token.write(kfp.token(cluster, "tfrecord-suite-retrain", ns))

@@ -7,9 +7,12 @@ here, in multi-user mode with ``ENABLE_AUTHZ=true`` and ``DEPLOYMENT=KUBEFLOW``)
 user does: uploads the pipeline through the upload page's file chooser, creates a run through
 the form with our parameters, watches the run list until the run shows Succeeded, opens the
 run's graph (every step succeeded, the gate's sub-graph too) and every output artifact's
-Visualization tab: the train step's scalar metrics and confusion matrix, the evaluation's
-metrics, and each Markdown report as the UI's own viewers render them from ML Metadata and the
-object store. Any error banner on any of these pages fails the test.
+Visualization tab: the train step's scalar metrics and confusion matrix (each cell where
+docs/how-to/kubeflow-ui.md says the UI puts it), the evaluation's metrics (numbers only), and
+each Markdown report (the gate's decision among them) as the UI's own viewers render them from
+ML Metadata and the object store. A second run of the same version then goes beside the first
+in Compare runs, each scalar of both runs side by side. Any error banner on any of these pages
+fails the test.
 
 Two things of a Kubeflow deployment are not on the cluster, and the browser supplies them:
 
@@ -287,6 +290,40 @@ def assert_graph_succeeded(page: Any, tasks: dict[str, str]) -> None:
         expect(node.locator('[data-testid="CheckCircleIcon"]')).to_be_visible()
 
 
+#: The compare page's tables as text: ``[table][row][cell]`` (CompareTable.tsx: a row of the
+#: runs' names, one of ``execution > artifact`` per column, then a row per metric)
+TABLES_JS = """() => [...document.querySelectorAll('table')].map(t =>
+  [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim())))"""
+
+
+def compared_scalars(page: Any, ui: str, names: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Tick the runs ``names`` in the run list, press Compare runs; the Scalar Metrics tab's
+    table as ``metric -> column (execution > artifact) -> the runs' values``, left to right."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{ui}/#/runs")
+    for name in names:  # the row whose run is named exactly so (one name begins the other)
+        row = page.locator('[data-testid="table-row"]').filter(
+            has=page.get_by_text(name, exact=True)
+        )
+        row.locator('input[type="checkbox"]').check()
+    page.get_by_role("button", name="Compare runs").click()
+    page.wait_for_url("**/#/compare?**")
+    expect(page.get_by_role("button", name="Scalar Metrics")).to_be_visible()
+    page.get_by_role("button", name="Scalar Metrics").click()
+    table = page.locator("table", has_text="test_accuracy")
+    expect(table).to_be_visible()
+    assert_no_error_banner(page, "Compare runs")
+    (rows,) = [t for t in page.evaluate(TABLES_JS) if any("test_accuracy" in r for r in t)]
+    header = next(r for r in rows if any(" > " in c for c in r))
+    by_metric: dict[str, dict[str, list[str]]] = {}
+    for row in rows[rows.index(header) + 1 :]:
+        metric, *values = row
+        for column, value in zip(header[-len(values) :], values, strict=True):
+            by_metric.setdefault(metric, {}).setdefault(column, []).append(value)
+    return by_metric
+
+
 def visualization(page: Any, node_id: str, kind: str, output: str) -> str:
     """Open an artifact's Visualization tab; the text its viewer shows."""
     from playwright.sync_api import expect
@@ -309,6 +346,7 @@ def visualization(page: Any, node_id: str, kind: str, output: str) -> str:
 def test_a_user_uploads_runs_and_inspects_the_retraining_pipeline_in_the_ui(
     kfp_profile: Any, browser: Any, tmp_path: Path
 ) -> None:
+    from cluster import kubeflow_pipelines as kfp
     from playwright.sync_api import expect
 
     from realparts.processes import wait_for
@@ -370,9 +408,12 @@ def test_a_user_uploads_runs_and_inspects_the_retraining_pipeline_in_the_ui(
                 page.get_by_text("root", exact=True).click()
 
         # every output artifact as its viewer renders it
-        shown = {}
+        shown, matrix = {}, []
         for node_id, kind in output_artifacts(spec, root_tasks).items():
             shown[node_id] = visualization(page, node_id, kind, node_id.rsplit(".", 1)[-1])
+            if kind == "system.ClassificationMetrics":  # the matrix as drawn, cell by cell
+                (matrix,) = [t for t in page.evaluate(TABLES_JS)
+                             if any("True label" in r for r in t)]  # fmt: skip
             name = {
                 "artifact.train.metrics": "metrics",
                 "artifact.train.classification_metrics": "confusion-matrix",
@@ -382,6 +423,25 @@ def test_a_user_uploads_runs_and_inspects_the_retraining_pipeline_in_the_ui(
             if name:
                 shots.take(page, name)
             close_panel(page)
+
+        # a second run of the same pipeline version in the same experiment (through the API:
+        # the shard step and training cached, the gate against the first run's model), then
+        # both side by side in Compare runs
+        from tfrecord_suite.kfp.endpoint import KfpEndpoint
+
+        api = KfpEndpoint(kfp_profile.host, kfp_profile.namespace,
+                          token_file=kfp_profile.token_file).client(kfp_profile.namespace)  # fmt: skip
+        first = api.get_run(run_id)
+        version = first.pipeline_version_reference
+        again = api.run_pipeline(
+            experiment_id=first.experiment_id, job_name=f"{run_name}-again",
+            params=first.runtime_config.parameters, pipeline_id=version.pipeline_id,
+            version_id=version.pipeline_version_id,
+        )  # fmt: skip
+        second = api.wait_for_run_completion(again.run_id, timeout=RUN_TIMEOUT)
+        assert second.state == "SUCCEEDED", second.error
+        compared = compared_scalars(page, ui, [run_name, f"{run_name}-again"])
+        shots.take(page, "compare-runs")
     except BaseException:
         shots.take(page, "failure")  # the page as it was, beside the test's other screenshots
         raise
@@ -398,10 +458,45 @@ def test_a_user_uploads_runs_and_inspects_the_retraining_pipeline_in_the_ui(
     assert "display_name" not in metrics and "store_session_info" not in metrics
     confusion = shown["artifact.train.classification_metrics"]
     assert all(c in confusion for c in ("Adelie", "Chinstrap", "Gentoo")), confusion
-    evaluation = shown["artifact.evaluate.evaluation"]
-    assert "candidate_accuracy" in evaluation and '"promote"' in evaluation, evaluation
+    # what docs/how-to/kubeflow-ui.md says the UI draws: the true class along the columns (x
+    # axis, "True label", left to right), the predicted class up the rows (y axis, "Predicted
+    # label", the first class at the bottom), each cell the logged matrix's [true][predicted]
+    from realparts import mlmd
+
+    executions = mlmd.run_lineage(ui, run_id, {"kubeflow-userid": kfp.PROFILE_OWNER})["executions"]
+    logged = next(e for e in executions if e["name"] == "Train (tf.distribute)")["outputs"][
+        "classification_metrics"]["properties"]["confusionMatrix"]["struct"]  # fmt: skip
+    classes = [a["displayName"] for a in logged["annotationSpecs"]]
+    counts = [[int(v) for v in r["row"]] for r in logged["rows"]]  # [true][predicted]
+    n = len(classes)
+    assert matrix[0] == ["Predicted label"], matrix
+    assert matrix[-1][1 : n + 1] == classes and matrix[-1][-1] == "True label", matrix
+    body = matrix[1:-1]
+    assert [row[0] for row in body] == classes[::-1], matrix
+    for r, row in enumerate(body):
+        for c, cell in enumerate(row[1 : n + 1]):
+            assert int(cell) == counts[c][n - 1 - r], (r, c, matrix, counts)
+    evaluation = shown["artifact.evaluate.evaluation"]  # numbers only: no quoted string
+    assert "candidate_accuracy" in evaluation and '"' not in evaluation, evaluation
     assert "Training report: penguins@1.0.0" in shown["artifact.train.report"]
-    assert "Model gate: promote" in shown["artifact.evaluate.comparison"]
+    assert "Model gate: promote" in shown["artifact.evaluate.decision"]
+    # Compare runs: each scalar of both runs side by side, every value a number
+    columns = {"> metrics": ("test_accuracy", "validation_accuracy", "examples_per_second",
+                                   "test_loss"),
+               "> evaluation": ("candidate_accuracy",)}  # fmt: skip
+    for column, metrics in columns.items():
+        for metric in metrics:
+            values = next(v for c, v in compared[metric].items() if c.endswith(column))
+            assert len(values) == 2 and all(float(v) >= 0 for v in values), (metric, compared)
+    # the second run's gate had a baseline: the first run's model, scored on the same split
+    baseline = next(
+        v for c, v in compared["baseline_accuracy"].items() if c.endswith("> evaluation")
+    )
+    assert [v for v in baseline if v] and all(float(v) for v in baseline if v), compared
+    for metric, by_column in compared.items():
+        for column, values in by_column.items():
+            for value in values:  # a number, or empty where a run has no such metric
+                assert not value or float(value) >= 0, (metric, column, values)
     summary = shown["artifact.report.summary"]
     assert "test_accuracy" in summary and "store_session_info" not in summary, summary
     shots.publish()

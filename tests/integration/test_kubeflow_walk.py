@@ -109,7 +109,7 @@ def test_the_walk_sets_its_variables_once_at_the_top_and_says_what_to_put_there(
     assert read <= set(names) | assigned, read - set(names) - assigned
 
 
-@pytest.mark.skipif(manifests.kubectl() is None, reason="kubectl (kustomize) not installed")
+@pytest.mark.usefixtures("kubectl")
 def test_the_walks_edits_set_the_registry_tag_and_profile_everywhere(tmp_path):
     """The walk's commands that edit ``k8s/`` (its ``sed`` lines), run with values other than
     the defaults, leave every manifest the walk applies naming that registry and tag and every

@@ -91,7 +91,7 @@ def test_promotion_refuses_a_stale_comparison(tmp_path):
     with pytest.raises(storage.PreconditionFailed, match="points to 2, expected 1"):
         tasks.promote_task(
             registered=registered,
-            evaluation=stale,
+            decision=stale,
             model_registry="",
             model_name="",
             alias="stable",
@@ -99,7 +99,7 @@ def test_promotion_refuses_a_stale_comparison(tmp_path):
     assert reg.alias("m", "stable") == 2
     fresh = Artifact(metadata={"baseline_version": 2})
     assert tasks.promote_task(
-        registered=registered, evaluation=fresh, model_registry="", model_name="", alias="stable"
+        registered=registered, decision=fresh, model_registry="", model_name="", alias="stable"
     )
     assert reg.alias("m", "stable") == 3
     history = json.loads(storage.read_text(reg.alias_uri("m", "stable")))["history"]

@@ -12,11 +12,10 @@ import copy
 import pytest
 
 from fakes import manifests
-from fakes.pod_security import violations
+from fakes.pod_security import kubeflow_profile_labels, violations
 
-needs_kubectl = pytest.mark.skipif(
-    manifests.kubectl() is None, reason="kubectl (kustomize) not installed"
-)
+#: renders k8s/ with the kubectl the suite builds (conftest's ``kubectl``: fails under CI without)
+needs_kubectl = pytest.mark.usefixtures("kubectl")
 
 
 def _runtime() -> dict:
@@ -40,6 +39,28 @@ def shipped_templates(tmp_path_factory) -> dict[str, dict]:
     for key, template in manifests.pod_templates(rendered).items():
         out[f"every component: {key}"] = template
     return out
+
+
+def test_what_the_docs_and_the_cluster_say_a_profile_enforces_is_what_kubeflow_sets():
+    """Kubeflow 1.10.2's profile controller, as its default install deploys it, enforces Pod
+    Security ``baseline`` on a profile's namespace and warns at nothing; docs/deploy.md says
+    that level, and the one-node cluster's profile takes its labels from the same vendored
+    files (no Pod Security label of its own)."""
+    import re
+    from pathlib import Path
+
+    labels = kubeflow_profile_labels()
+    assert {k: v for k, v in labels.items() if k.startswith("pod-security.")} == {
+        "pod-security.kubernetes.io/enforce": "baseline"
+    }
+    assert labels["pipelines.kubeflow.org/enabled"] == "true"  # KFP's profile controller's
+    repo = Path(__file__).resolve().parents[2]
+    said = re.findall(
+        r"Kubeflow 1\.10 profile enforces `(\w+)`", (repo / "docs/deploy.md").read_text()
+    )
+    assert said == [labels["pod-security.kubernetes.io/enforce"]]
+    profile = (repo / "tests/cluster/kfp/profile.yaml").read_text()
+    assert "labels: ${LABELS}" in profile and "pod-security" not in profile.split("---")[0]
 
 
 def test_every_pod_the_launcher_creates_is_restricted():

@@ -75,6 +75,7 @@ def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_pat
             batch_size=32,
             learning_rate=0.003,
             probe_steps=10,
+            reproducible=True,
         )
     )
     assert m.evaluation["test"]["accuracy"] > 0.6  # 10 balanced classes: chance is 0.1
@@ -94,6 +95,23 @@ def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_pat
     out = serve(examples=batch)
     assert out["probabilities"].shape == (5, 10)
     assert out["class_name"].dtype == tf.string
+
+
+def test_a_reproducible_run_trains_to_the_same_weights_twice(published_digits, tmp_path):
+    """``--reproducible`` (op determinism for the run, the reader's order kept): a run here and
+    one through the CLI, on the same version and seed, end with the same weights, bit for bit,
+    and the same losses; the process-wide switch is off again after the run here."""
+    from tensorflow.python.framework import config as tf_config
+
+    here = run_train(
+        TrainConfig(dataset=published_digits["ref"], model_dir=str(tmp_path / "a"), epochs=2,
+                    batch_size=32, probe_steps=0, reproducible=True)
+    )  # fmt: skip
+    assert not tf_config.is_op_determinism_enabled()
+    cli = cli_train(published_digits["ref"], str(tmp_path / "b"), "--epochs", "2",
+                    "--batch-size", "32", "--probe-steps", "0", "--reproducible")  # fmt: skip
+    assert cli["weights_digest"] == here.weights_digest
+    assert cli["history"] == here.history
 
 
 def test_refuses_version_failing_verification(published_digits, tmp_path):

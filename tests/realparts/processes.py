@@ -68,6 +68,19 @@ def log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+#: What ``wait_for`` raises at once instead of counting as "not yet": a failed assertion (the
+#: test's verdict, not a state still to come) and the errors of code that cannot run (a wrong
+#: name, attribute, type or import). Retrying them only turns a bug into a timeout.
+NOT_RETRIED: tuple[type[BaseException], ...] = (
+    AssertionError,
+    AttributeError,
+    ImportError,
+    NameError,
+    SyntaxError,
+    TypeError,
+)
+
+
 def wait_for(
     ready: Callable[[], T],
     timeout: float = 60.0,
@@ -78,12 +91,14 @@ def wait_for(
 ) -> T:
     """Poll ``ready()`` until it returns something true, and return that.
 
-    An exception from ``ready()`` counts as not yet (it is named in the failure); ``alive()``
-    returning False ends the wait at once (the process it waits on has exited). ``log()`` is
-    added to the failure's message.
+    Any other exception from ``ready()`` (a refused connection, an API error, a missing object)
+    counts as not yet and is named in the failure; one of :data:`NOT_RETRIED` is raised at
+    once. ``alive()`` returning False ends the wait at once (the process it waits on has
+    exited). ``log()`` is added to the failure's message.
 
     Raises:
         WaitError: Not ready within ``timeout`` seconds, or no longer alive.
+        AssertionError: ``ready()`` asserted and failed (or another of :data:`NOT_RETRIED`).
 
     """
     deadline = time.monotonic() + timeout
@@ -95,6 +110,8 @@ def wait_for(
             value = ready()
             if value:
                 return value
+        except NOT_RETRIED:
+            raise
         except Exception as exc:  # not yet: named in the failure below
             last = exc
         if time.monotonic() > deadline:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -23,7 +24,10 @@ def podman_socket(tmp_path_factory):
         pytest.skip("podman is not installed (.ci/run installs it from Debian when it can)")
     root = tmp_path_factory.mktemp("podman")
     sock = root / "podman.sock"
-    storage = ["--root", str(root / "storage"), "--runroot", str(root / "run")]
+    # podman refuses a runroot longer than 50 characters, which a pytest-xdist worker's
+    # temporary folder is: a short one of its own under /tmp
+    runroot = tempfile.mkdtemp(prefix="tfrs-podman-run-")
+    storage = ["--root", str(root / "storage"), "--runroot", runroot]
     proc = subprocess.Popen(
         [exe, *storage, "--storage-driver=vfs", "system", "service", "--time=0", f"unix://{sock}"],
         stdout=subprocess.DEVNULL,
@@ -40,6 +44,7 @@ def podman_socket(tmp_path_factory):
     yield f"unix://{sock}"
     proc.terminate()
     proc.wait(timeout=10)
+    shutil.rmtree(runroot, ignore_errors=True)
 
 
 def _context(tmp_path):

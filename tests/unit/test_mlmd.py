@@ -70,3 +70,18 @@ def test_log_metrics_refuses_every_value_the_launcher_could_not_read_and_logs_no
     assert metrics.logged == {}
     log_metrics(metrics, {"test_accuracy": 0.5, "examples_per_second": 12})
     assert metrics.logged == {"test_accuracy": 0.5, "examples_per_second": 12}
+
+
+def test_a_metrics_artifact_takes_numbers_only():
+    """describe() refuses kfp's Metrics: the UI's run page lists every field of one as a metric
+    (a string quoted) and Compare runs lines them up as numbers; strings go on an artifact of
+    their own (the evaluate step's decision, a Markdown)."""
+    from kfp import dsl
+
+    evaluation = dsl.Metrics(name="evaluation", metadata={})
+    with pytest.raises(MetadataError, match=r"evaluation: a Metrics artifact carries numbers only"):
+        describe(evaluation, {"decision": "promote"})
+    assert evaluation.metadata == {}
+    decision = dsl.Markdown(name="decision", metadata={})
+    describe(decision, {"decision": "promote", "candidate_accuracy": 0.9})
+    assert decision.metadata == {"decision": "promote", "candidate_accuracy": 0.9}

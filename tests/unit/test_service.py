@@ -61,20 +61,46 @@ def test_workers_must_not_outnumber_an_input_pipelines_files():
         check_files_per_worker(InputService(cluster_workers=3), 5, pipelines=2)
 
 
-def test_staged_shards_are_refused_with_an_input_service():
+def test_staged_shards_through_a_shared_service_are_refused_and_a_runs_own_reads_copies():
     """The service's workers run the read stage in processes of their own, where no stager runs:
-    s3:// shards (staged by default) with a service are refused before anything is read."""
+    s3:// shards (staged by default) through a shared service are refused before anything is
+    read; a service of the run's own names its workers' staged copies (served_copies)."""
     from tfrecord_suite.schema import Feature, Schema
     from tfrecord_suite.train.reader import make_dataset
+    from tfrecord_suite.train.served import copy_name
 
     schema = Schema([Feature("x", "float32"), Feature("y", "int64")], label="y")
     with pytest.raises(
         UserError,
-        match=r"s3://b/a.tfrecord and the other shards are staged .* service workers cannot",
+        match=r"s3://b/a.tfrecord and the other shards are staged .* shared tf.data service",
     ):
         make_dataset(["s3://b/a.tfrecord"], schema, unsized_reader(), service="grpc://d:5050")
     staged_gs = unsized_reader(remote_read="stage")
-    with pytest.raises(
-        UserError, match=r"\(remote_read=stage\), which tf.data service workers cannot"
-    ):
+    with pytest.raises(UserError, match=r"\(remote_read=stage\), which the workers of a shared"):
         make_dataset(["gs://b/a.tfrecord"], schema, staged_gs, service="grpc://d:5050")
+    served = unsized_reader(served_copies="/tmp/tfrs-served")
+    assert served.served_files(["s3://b/v1/a.tfrecord", "s3://b/v2/a.tfrecord"]) == [
+        "/tmp/tfrs-served/" + copy_name("s3://b/v1/a.tfrecord"),
+        "/tmp/tfrs-served/" + copy_name("s3://b/v2/a.tfrecord"),
+    ]
+    assert copy_name("s3://b/v1/a.tfrecord") != copy_name("s3://b/v2/a.tfrecord")
+    assert served.served_files(["/data/a.tfrecord"]) == ["/data/a.tfrecord"]  # TF opens it
+
+
+@pytest.mark.parametrize(
+    ("files", "pipelines", "shares"),
+    [
+        (6, 1, [[0, 2, 4], [1, 3, 5]]),
+        (8, 2, [[0, 4, 1, 5], [2, 6, 3, 7]]),  # per pipeline: [0, 2, 4, 6] and [1, 3, 5, 7]
+        (3, 4, [[0, 2], [1]]),  # fewer files than pipelines: each reads all (DATA policy)
+    ],
+)  # fmt: skip
+def test_each_worker_share_is_what_the_readers_file_stage_deals_it(files, pipelines, shares):
+    """Static sharding of each pipeline's files (tests/integration/test_data_service.py runs
+    it through TensorFlow's service); every file in exactly one worker's share."""
+    from tfrecord_suite.train.served import worker_share
+
+    names = [f"f{i}" for i in range(files)]
+    got = [worker_share(names, pipelines, 2, i) for i in range(2)]
+    assert got == [[f"f{i}" for i in share] for share in shares]
+    assert sorted(got[0] + got[1]) == sorted(names)

@@ -10,7 +10,7 @@ from kfp import dsl
 @dsl.component(base_image="ghcr.io/tfrecord-suite/tfrecord-suite:0.1.0", install_kfp_package=False)
 def promote(
     registered: Input[Model],
-    evaluation: Input[Metrics],
+    decision: Input[Markdown],
     model_registry: str = "",
     model_name: str = "",
     alias: str = "stable",
@@ -23,7 +23,7 @@ def promote(
 
     Args:
         registered: The register step's registered model.
-        evaluation: The evaluate step's evaluation (its baseline_version is the expected one).
+        decision: The evaluate step's decision (its baseline_version is the expected one).
         model_registry: Model registry root; the registered model's when empty.
         model_name: Model name; the registered model's when empty.
         alias: The alias to move, e.g. stable.
@@ -36,7 +36,7 @@ def promote(
 
     return promote_task(
         registered=registered,
-        evaluation=evaluation,
+        decision=decision,
         model_registry=model_registry,
         model_name=model_name,
         alias=alias,

@@ -20,9 +20,9 @@ def my_pipeline(dataset_ref: str):
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
     ).set_caching_options(False)
     with dsl.If(scored.outputs["Output"] == "promote"):
         promote(
-            registered=registered.outputs["registered"], evaluation=scored.outputs["evaluation"]
+            registered=registered.outputs["registered"], decision=scored.outputs["decision"]
         ).set_caching_options(False)

@@ -11,7 +11,7 @@ from kfp import dsl
 def register(
     dataset: Input[Dataset],
     model: Input[Model],
-    evaluation: Input[Metrics],
+    decision: Input[Markdown],
     registered: Output[Model],
     model_registry: str = "",
     model_name: str = "",
@@ -25,7 +25,7 @@ def register(
     Args:
         dataset: The dataset version the model was trained on.
         model: The trained model.
-        evaluation: The evaluate step's evaluation (stored in the lineage).
+        decision: The evaluate step's decision (its metadata is stored in the lineage).
         registered: Output: model.json (files with sha256, lineage) at its path; metadata registered_uri, model, model_registry, version, export_dir, content_digest, dataset.
         model_registry: Model registry root; <registry root>/_models when empty.
         model_name: Registered model name; the dataset's name when empty.
@@ -39,7 +39,7 @@ def register(
     return register_task(
         dataset=dataset,
         model=model,
-        evaluation=evaluation,
+        decision=decision,
         model_registry=model_registry,
         model_name=model_name,
         registered=registered,

@@ -19,5 +19,5 @@ def my_pipeline(dataset_ref: str):
     register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
     ).set_caching_options(False)

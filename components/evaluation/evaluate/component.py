@@ -12,7 +12,7 @@ def evaluate(
     dataset: Input[Dataset],
     model: Input[Model],
     evaluation: Output[Metrics],
-    comparison: Output[Markdown],
+    decision: Output[Markdown],
     model_registry: str = "",
     model_name: str = "",
     baseline_alias: str = "stable",
@@ -27,8 +27,8 @@ def evaluate(
     Args:
         dataset: The dataset version (the version or resolve_dataset step's dataset).
         model: The trained model (the train step's model).
-        evaluation: Output: Both scores as metrics; metadata decision, reason, baseline_alias, dataset and baseline_version (absent when no model holds the alias).
-        comparison: Output: The comparison as Markdown.
+        evaluation: Output: Both scores as metrics (numbers only: candidate_<metric>, and baseline_<metric> when a model holds the alias), which the UI compares across runs.
+        decision: Output: The gate's decision and the comparison behind it, as Markdown; metadata decision, reason, metric, the scores, baseline_alias, dataset and baseline_version (absent when no model holds the alias).
         model_registry: Model registry root; <registry root>/_models when empty.
         model_name: Registered model name; the dataset's name when empty.
         baseline_alias: The alias whose model is the baseline, e.g. stable.
@@ -48,5 +48,5 @@ def evaluate(
         baseline_alias=baseline_alias,
         tolerance=tolerance,
         evaluation=evaluation,
-        comparison=comparison,
+        decision=decision,
     )

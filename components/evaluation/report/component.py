@@ -12,7 +12,7 @@ def report(
     dataset: Input[Dataset],
     model: Input[Model],
     metrics: Input[Metrics],
-    evaluation: Input[Metrics],
+    decision: Input[Markdown],
     registered: Input[Model],
     summary: Output[Markdown],
 ) -> str:
@@ -22,7 +22,7 @@ def report(
         dataset: The dataset version.
         model: The trained model.
         metrics: The train step's metrics.
-        evaluation: The evaluate step's evaluation.
+        decision: The evaluate step's decision.
         registered: The register step's registered model.
         summary: Output: The run summary as Markdown.
 
@@ -36,7 +36,7 @@ def report(
         dataset=dataset,
         model=model,
         metrics=metrics,
-        evaluation=evaluation,
+        decision=decision,
         registered=registered,
         summary=summary,
     )

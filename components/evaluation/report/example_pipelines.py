@@ -20,12 +20,12 @@ def my_pipeline(dataset_ref: str):
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
     ).set_caching_options(False)
     report(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
         metrics=trained.outputs["metrics"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
         registered=registered.outputs["registered"],
     )

@@ -228,10 +228,10 @@ def _settings(ctx: click.Context, param: click.Parameter, path: str | None) -> s
 @click.option(
     "--image",
     default="",
-    help="One of the suite's images (REGISTRY/tfrecord-suite:TAG): compile for its registry "
-    "and tag, instead of --image-registry and --image-tag. The CronJob passes the image it "
-    "runs (k8s/images sets it), CI the one `tfrecord-suite images list --kustomization "
-    "k8s/images` names.",
+    help="One of the suite's images (REGISTRY/tfrecord-suite:TAG[@DIGEST]): compile for its "
+    "registry and tag, and its digest, instead of --image-registry and --image-tag (a digest "
+    "is added to --image-digests). The CronJob passes the image it runs (k8s/images sets it), "
+    "CI the one `tfrecord-suite images list --kustomization k8s/images` names.",
 )
 @submission_options("tfrecord-suite-retrain")
 @json_option
@@ -258,7 +258,15 @@ def retrain(
         from tfrecord_suite.images import ImageSet
 
         chosen = ImageSet.of(image)
-        values = {**values, "image_registry": chosen.registry, "image_tag": chosen.tag}
+        digests = {**dict(ImageSet.parse_digests(values["image_digests"])), **dict(chosen.digests)}
+        values = {
+            **values,
+            "image_registry": chosen.registry,
+            "image_tag": chosen.tag,
+            "image_digests": ImageSet(
+                chosen.registry, chosen.tag, tuple(digests.items())
+            ).digests_text,
+        }
     # the settings file's pipeline parameters, then --param's (which win)
     file_params = click.get_current_context().meta.get("settings_params", [])
     with stdout_for(as_json):  # kfp prints links to the pipeline and run

@@ -487,7 +487,7 @@ EXAMPLES = {
     register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
     ).set_caching_options(False)
 """,
     "promote": """
@@ -497,11 +497,11 @@ EXAMPLES = {
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
     ).set_caching_options(False)
     with dsl.If(scored.outputs["Output"] == "promote"):
         promote(
-            registered=registered.outputs["registered"], evaluation=scored.outputs["evaluation"]
+            registered=registered.outputs["registered"], decision=scored.outputs["decision"]
         ).set_caching_options(False)
 """,
     "report": """
@@ -511,13 +511,13 @@ EXAMPLES = {
     registered = register(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
     ).set_caching_options(False)
     report(
         dataset=pinned.outputs["dataset"],
         model=trained.outputs["model"],
         metrics=trained.outputs["metrics"],
-        evaluation=scored.outputs["evaluation"],
+        decision=scored.outputs["decision"],
         registered=registered.outputs["registered"],
     )
 """,
@@ -615,7 +615,7 @@ def release_files(output: str, images: ImageSet) -> list[str]:
 
     os.makedirs(output, exist_ok=True)
     written = []
-    deployment = Deployment(image_registry=images.registry, image_tag=images.tag)
+    deployment = Deployment(images.registry, images.tag, images.digests_text)
     for name in PIPELINES:
         path = os.path.join(output, f"pipeline-{name}.yaml")
         written.append(compile_pipeline(path, deployment=deployment, pipeline=name))

@@ -77,6 +77,10 @@ def _json_problems(value: Any, where: str) -> list[tuple[str, str]]:
 #: reader (``FormatScalarMetricArtifacts``, the same file) and the UI's metrics table
 #: (``frontend/src/lib/ReservedArtifactProperties.ts``, ``display_name`` as the title) skip them.
 LAUNCHER_PROPERTIES = ("display_name", "store_session_info")
+#: The type of kfp's ``dsl.Metrics``: its metadata is its metrics, each shown by the UI's run page
+#: (``ScalarMetricsSection`` in ``frontend/src/components/viewers/MetricsVisualizations.tsx``)
+#: and Compare runs (``getScalarTableProps`` in ``frontend/src/lib/v2/CompareUtils.ts``)
+METRICS_SCHEMA = "system.Metrics"
 
 
 def step_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,14 +105,24 @@ def check_metadata(metadata: Mapping[str, Any], artifact: str = "artifact") -> N
 def describe(artifact: Any, fields: Mapping[str, Any]) -> None:
     """Add ``fields`` to ``artifact.metadata``, leaving out those whose value is None.
 
+    A ``system.Metrics`` artifact takes none: its metadata is its metrics, numbers only
+    (:func:`log_metrics`). Kubeflow's UI lists every field of it as a metric, a string quoted,
+    and Compare runs lines them up across runs as numbers.
+
     Raises:
         MetadataError: The artifact's metadata, with these fields, could not be stored by the
             launcher (checked before anything is written, so a local run fails as a cluster
-            run would).
+            run would), or the artifact is a ``system.Metrics``.
 
     """
+    name = getattr(artifact, "name", "") or "artifact"
+    if getattr(artifact, "schema_title", "") == METRICS_SCHEMA:
+        raise MetadataError(
+            f"{name}: a Metrics artifact carries numbers only (log_metrics); describe "
+            f"{sorted(fields)} on an artifact of their own"
+        )
     merged = {**artifact.metadata, **{k: v for k, v in fields.items() if v is not None}}
-    check_metadata(merged, getattr(artifact, "name", "") or "artifact")
+    check_metadata(merged, name)
     artifact.metadata.update(merged)
 
 

@@ -130,6 +130,11 @@ class Deployment:
             europe-docker.pkg.dev/my-project/ml; every image in the compiled pipeline and in
             distributed-job nodes comes from there.
         image_tag: Tag of those images.
+        image_digests: Digests pinning some of those images, as IMAGE=DIGEST pairs separated by
+            commas (IMAGE: component, trainer-gpu, trainer-tpu or beam-worker), e.g.
+            component=sha256:...: a pinned image is named NAME:TAG@DIGEST in the compiled
+            pipeline and in every pod the train step creates, and the container runtime pulls
+            it by the digest (k8s/images' digest: fields; retrain --image carries its own).
         step_resources: CPU/memory requests overriding the defaults, as step=CPU/MEMORY pairs
             separated by commas, e.g. shard=8/32Gi,train=16/64Gi.
         caching: Let Kubeflow reuse an earlier run's result of the steps that allow it (shard
@@ -142,6 +147,7 @@ class Deployment:
 
     image_registry: str = DEFAULT_REGISTRY
     image_tag: str = DEFAULT_TAG
+    image_digests: str = ""
     step_resources: str = ""
     caching: bool = True
     credentials: Credentials = dataclasses.field(default_factory=Credentials)
@@ -157,12 +163,14 @@ class Deployment:
         The defaults' where it is none of the suite's (a user's own image).
         """
         found = ImageSet.find(image)
-        return cls(found.registry, found.tag) if found else cls()
+        return cls(found.registry, found.tag, found.digests_text) if found else cls()
 
     @property
     def images(self) -> ImageSet:
         """The image set this deployment names."""
-        return ImageSet(self.image_registry, self.image_tag)
+        return ImageSet(
+            self.image_registry, self.image_tag, ImageSet.parse_digests(self.image_digests)
+        )
 
     def requests(self, step: str, placement: Placement) -> tuple[str, str]:
         """CPU and memory requested by ``step``."""

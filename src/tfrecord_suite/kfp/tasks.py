@@ -476,7 +476,7 @@ def report_task(
     model: Any,
     metrics: Any,
     summary: Any,
-    evaluation: Any = None,
+    decision: Any = None,
     registered: Any = None,
 ) -> str:
     """A closing Markdown summary: where the dataset version, the model and the metrics are.
@@ -485,7 +485,7 @@ def report_task(
     Kubeflow the artifact arrives with the launcher's ``display_name`` and ``store_session_info``
     beside them, which are no metric.
     """
-    gate = dict(evaluation.metadata) if evaluation is not None else {}
+    gate = dict(decision.metadata) if decision is not None else {}
     logged = step_metadata(metrics.metadata)
     reg = dict(registered.metadata) if registered is not None else {}
     lines = [
@@ -592,12 +592,15 @@ def evaluate_task(
     baseline_alias: str,
     tolerance: float,
     evaluation: Any,
-    comparison: Any,
+    decision: Any,
 ) -> str:
     """Score the new model and the ``baseline_alias`` model on the test split; return the decision.
 
-    The decision (``promote`` or ``hold``), both scores and the baseline version compared against
-    go into ``evaluation``'s metadata; the promote step reads the baseline version from there.
+    ``evaluation`` (a Metrics artifact) gets both scores and nothing else: the UI shows a
+    metric's value as JSON and Compare runs lines them up as numbers. ``decision`` (Markdown,
+    which the UI renders) gets the comparison, and in its metadata the decision (``promote`` or
+    ``hold``), its reason, the scores and the baseline version compared against; the register,
+    promote and report steps read them there.
     """
     from tfrecord_suite.train.evaluate import GateConfig, markdown, run_gate
 
@@ -619,17 +622,19 @@ def evaluate_task(
         scores[f"baseline_{metric}"] = round(result.baseline["value"], 6)
     log_metrics(evaluation, scores)
     describe(
-        evaluation,
+        decision,
         {
             "decision": result.decision,
             "reason": result.reason,
+            "metric": metric,
+            **scores,
             # None (left out) while no model holds the alias
             "baseline_version": result.baseline_version,
             "baseline_alias": baseline_alias,
             "dataset": result.dataset,
         },
     )
-    _write_markdown(comparison, markdown(result))
+    _write_markdown(decision, markdown(result))
     return result.decision
 
 
@@ -637,7 +642,7 @@ def register_task(
     *,
     dataset: Any,
     model: Any,
-    evaluation: Any,
+    decision: Any,
     model_registry: str,
     model_name: str,
     registered: Any,
@@ -661,7 +666,7 @@ def register_task(
             "dataset_uri": dataset.metadata.get("version_uri"),
             "model_artifact_uri": model.uri,
             "dataset_digest": dataset.metadata.get("digest"),
-            "evaluation": dict(evaluation.metadata),
+            "evaluation": step_metadata(decision.metadata),
             "pipeline_run_id": PodInfo.from_env().run_id or None,
             "image": running_image(),
         },
@@ -685,7 +690,7 @@ def register_task(
 
 
 def promote_task(
-    *, registered: Any, evaluation: Any, model_registry: str, model_name: str, alias: str
+    *, registered: Any, decision: Any, model_registry: str, model_name: str, alias: str
 ) -> int:
     """Move ``alias`` to the registered model, only if it still points to the baseline evaluated.
 
@@ -699,7 +704,7 @@ def promote_task(
     _setup_logging()
     model_registry = model_registry or registered.metadata["model_registry"]
     model_name = model_name or registered.metadata["model"]
-    baseline = evaluation.metadata.get("baseline_version")
+    baseline = decision.metadata.get("baseline_version")
     version = int(registered.metadata["version"])
     ModelRegistry(model_registry).set_alias(
         model_name, alias, version, expected=None if baseline is None else int(baseline)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tfrecord_suite import flags
 from tfrecord_suite.launch.credentials import Credentials
 from tfrecord_suite.launch.job import (
     NO_SIDECAR,
@@ -47,6 +48,7 @@ from tfrecord_suite.launch.job import (
     run_trainers,
     unschedulable,
 )
+from tfrecord_suite.train.served import SERVED_DIR, ShareOptions
 from tfrecord_suite.train.service import DISPATCHER_PORT, WORKER_PORT
 
 _NAME_LABEL = "app.kubernetes.io/name"
@@ -62,6 +64,8 @@ WORKER_RESOURCES = {"requests": {"cpu": "3", "memory": "8Gi"}, "limits": {"memor
 DISPATCHER_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"},
                         "limits": {"memory": "2Gi"}}  # fmt: skip
 _USER = 10001
+#: How long a worker may take to stage its share of the shards before it serves.
+STAGE_SECONDS = 3600
 
 
 def dispatcher_address(name: str) -> str:
@@ -102,6 +106,7 @@ def objects(
     credentials: Credentials | None = None,
     clients: list[dict[str, str]] | None = None,
     worker_requests: dict[str, str] | None = None,
+    stage: ShareOptions | None = None,
 ) -> list[dict[str, Any]]:
     """The objects of the tf.data service ``name``.
 
@@ -125,6 +130,11 @@ def objects(
         worker_requests: CPU and/or memory each worker requests instead of
             :data:`WORKER_RESOURCES`' (the train step's ``--service-cpu-request`` and
             ``--service-memory-request``); the memory limit rises to a larger request.
+        stage: The version whose shards each worker stages its share of before it serves
+            (shards on ``s3://``: :mod:`~tfrecord_suite.train.served`), into
+            :data:`~tfrecord_suite.train.served.SERVED_DIR` on its ``/tmp``; its list of
+            workers is this service's. A startup probe then gives the download time (up to
+            :data:`STAGE_SECONDS`) before the liveness probe counts.
 
     Returns:
         [ServiceAccount,] Service, dispatcher StatefulSet, worker StatefulSet,
@@ -173,6 +183,18 @@ def objects(
                 "periodSeconds": 20,
                 "failureThreshold": 3,
             },
+            # a worker staging its share opens its port only once it has it
+            **(
+                {
+                    "startupProbe": {
+                        "exec": {"command": ["test", "-e", READY_FILE]},
+                        "periodSeconds": 5,
+                        "failureThreshold": STAGE_SECONDS // 5,
+                    }
+                }
+                if extra.pop("startup", False)
+                else {}
+            ),
             "resources": dict(extra.pop("resources")),
             "securityContext": container_security(readOnlyRootFilesystem=True),
             # the root filesystem is read-only: HOME and the ready file live in /tmp
@@ -235,6 +257,13 @@ def objects(
         # ... and goes with the StatefulSet (Kubernetes 1.27 and later; before, the claim stays)
         persistentVolumeClaimRetentionPolicy={"whenDeleted": "Delete", "whenScaled": "Retain"},
     )
+    staging: list[str] = []
+    if stage is not None:
+        staging = flags.to_args(
+            dataclasses.replace(
+                stage, stage_workers=",".join(worker_names(name, workers)), stage_folder=SERVED_DIR
+            )
+        )
     worker = stateful_set(
         "worker",
         workers,
@@ -242,10 +271,12 @@ def objects(
             f"--dispatcher={name}-dispatcher-0.{name}:{DISPATCHER_PORT}",
             f"--port={WORKER_PORT}",
             f"--address=$(POD_NAME).{name}:{WORKER_PORT}",
+            *[f"{a}={b}" for a, b in zip(staging[::2], staging[1::2], strict=True)],
         ],
         env=[{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         resources=worker_resources(worker_requests or {}),
         credentials=credentials,
+        startup=stage is not None,
         # workers on nodes of their own where there are enough: a node lost takes one worker
         pod={
             "affinity": {
@@ -368,11 +399,14 @@ class DataServiceLauncher:
         credentials: Credentials | None = None,
         clients: list[dict[str, str]] | None = None,
         worker_requests: dict[str, str] | None = None,
+        stage: ShareOptions | None = None,
     ) -> Iterator[str]:
         """The dispatcher's address while the service ``name`` runs; deleted on leaving.
 
         Only the pods of ``clients`` (label selectors; by default the trainers of ``run_id``,
-        :func:`~tfrecord_suite.launch.job.run_trainers`) and the service's own reach it.
+        :func:`~tfrecord_suite.launch.job.run_trainers`) and the service's own reach it. With
+        ``stage``, each worker stages its share of that version's shards first (:func:`objects`),
+        and the pods are ready once they have.
 
         Raises:
             JobError: An object could not be created, belongs to another run, or the pods were
@@ -391,6 +425,7 @@ class DataServiceLauncher:
             credentials=credentials,
             clients=clients or (run_trainers(run_id) if run_id else None),
             worker_requests=worker_requests,
+            stage=stage,
         )
         ours: list[dict[str, Any]] = []  # created or adopted: never another run's
         try:

@@ -32,6 +32,7 @@ from tfrecord_suite.launch.job import JobKind
 from tfrecord_suite.launch.lease import Lease
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.podinfo import PodInfo
+from tfrecord_suite.train.served import SERVED_DIR, ShareOptions
 
 _LOG = logging.getLogger(__name__)
 #: Where a job's nodes train when the registry's store is one TensorFlow cannot write
@@ -54,6 +55,9 @@ class StepLaunch:
         image: The image of the run's tf.data service (and of the lease's template).
         service_requests: CPU and memory each service worker requests instead of the
             defaults (:meth:`Placement.service_requests`).
+        stage: What each service worker stages before it serves, where the shards are on a
+            store TensorFlow cannot open (``s3://``; :mod:`~tfrecord_suite.train.served`);
+            None: nothing.
 
     """
 
@@ -66,6 +70,7 @@ class StepLaunch:
     service_workers: int
     image: str
     service_requests: dict[str, str] = dataclasses.field(default_factory=dict)
+    stage: ShareOptions | None = None
 
     def owner(self) -> dict[str, str] | None:
         """The ``ownerReference`` of what the step creates."""
@@ -113,6 +118,7 @@ def launching(
     if not (job or service):
         yield None
         return
+    stage = None
     if service:
         from tfrecord_suite.registry.datasets import resolve_dataset, shard_uris
         from tfrecord_suite.train.service import check_files_per_worker
@@ -120,14 +126,15 @@ def launching(
         manifest, version_dir = resolve_dataset(config.dataset)
         train_files = shard_uris(manifest, version_dir, "train")
         check_files_per_worker(wanted, len(train_files), workers)
-        config.reader.check_served(train_files)
+        if config.reader.stages(train_files):  # s3://: each worker stages its share first
+            stage = ShareOptions(stage_dataset=version_dir, stage_pipelines=workers)
     pod = PodInfo.from_env()
     run_key = pod.run_id or fallback_key
     api = kubernetes_client()
     kinds = choose_launchers(where.launcher, api) if job else []
     launch = StepLaunch(
         api, run_key, pod, None, Credentials.from_env(), kinds, service, image,
-        where.service_requests(),
+        where.service_requests(), stage,
     )  # fmt: skip
     lease = Lease(
         api,
@@ -147,7 +154,8 @@ def cluster_input_service(config: Any, launch: StepLaunch | None) -> Iterator[An
 
     The service is named after the run, so a retried step adopts its own; it runs as the
     step's account, owned by the step's lease, with the step's Secrets, answers this run's
-    trainers only (:meth:`StepLaunch.trainers`), and is deleted on leaving.
+    trainers only (:meth:`StepLaunch.trainers`), and is deleted on leaving. Where its workers
+    stage their shares first (``launch.stage``), the config names their copies.
     """
     if launch is None or not launch.service_workers:
         yield config
@@ -165,8 +173,12 @@ def cluster_input_service(config: Any, launch: StepLaunch | None) -> Iterator[An
         credentials=launch.credentials,
         clients=launch.trainers(),
         worker_requests=launch.service_requests,
+        stage=launch.stage,
     ) as address:
         _LOG.info("training input through the run's tf.data service at %s", address)
+        if launch.stage is not None:
+            reader = dataclasses.replace(config.reader, served_copies=SERVED_DIR)
+            config = dataclasses.replace(config, reader=reader)
         yield dataclasses.replace(config, input_service=address)
 
 

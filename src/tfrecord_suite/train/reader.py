@@ -47,6 +47,7 @@ from typing import Any
 
 from tfrecord_suite.errors import UserError
 from tfrecord_suite.schema import Schema, parse_spec
+from tfrecord_suite.train.served import files_by_pipeline
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
@@ -134,6 +135,12 @@ class ReaderConfig:
             one round of ``stage_parts`` GETs, where 8 MiB parts took two, each paying the
             store's round trip (the bench's network knob rows measure both).
         stage_parts: Ranged GETs of one shard at once when staging.
+        served_copies: Where the workers of a tf.data service of the run's own staged the
+            shards they serve (each copies its share there before it serves:
+            :mod:`~tfrecord_suite.train.served`): the graph the service runs then names those
+            copies instead of shards it would stage (``s3://``), which no worker could. Set
+            by the trainer for the service it starts (``local:N``) and by the train step for
+            its pods' (``cluster:N``); empty: none.
         interleave_epochs: With ``repeat``, the file list repeats before the interleave, so
             the next epoch's files open while this epoch's last ones are read. Off: the records
             repeat after the interleave, and each epoch ends when its last file is read: the
@@ -174,6 +181,7 @@ class ReaderConfig:
     stage_ahead: int = 4
     stage_part_mb: int = 16
     stage_parts: int = 4
+    served_copies: str = ""
     interleave_epochs: bool | None = None
 
     def __post_init__(self) -> None:
@@ -222,22 +230,31 @@ class ReaderConfig:
             )
         return self.remote_read == "stage" or (self.remote_read == "auto" and not opened)
 
-    def check_served(self, files: Sequence[str]) -> None:
-        """Refuse to read ``files`` through a tf.data service where they would be staged.
+    def served_files(self, files: Sequence[str]) -> list[str]:
+        """The names a tf.data service's workers read ``files`` by.
 
-        The staging runs in the trainer's process, which the service's workers cannot run.
+        The files themselves where TensorFlow opens them; where the reader would stage them,
+        the workers' own copies in :attr:`served_copies`
+        (:func:`~tfrecord_suite.train.served.served_names`).
 
         Raises:
-            UserError: The files are staged (``s3://``, or ``remote_read=stage``).
+            UserError: The files would be staged and no worker holds copies of them (a shared
+                service, ``grpc://``).
 
         """
-        if self.stages(files):
-            raise UserError(
-                f"{files[0]} and the other shards are staged to local disk before they are "
-                f"read (remote_read={self.remote_read}), which tf.data service workers cannot "
-                "do: keep the dataset on a store TensorFlow opens (gs://, or a folder the "
-                "workers mount) to read it through an input service"
-            )
+        if not self.stages(files):
+            return list(files)
+        if self.served_copies:
+            from tfrecord_suite.train.served import served_names
+
+            return served_names(files, self.served_copies)
+        raise UserError(
+            f"{files[0]} and the other shards are staged to local disk before they are read "
+            f"(remote_read={self.remote_read}), which the workers of a shared tf.data service "
+            "cannot do: read them through a service of the run's own (--input-service local:N, "
+            "or cluster:N in the pipeline: its workers stage their shares first), or keep the "
+            "dataset on a store TensorFlow opens (gs://, or a folder the workers mount)"
+        )
 
 
 def estimate_record_bytes(files: Sequence[str], compression: str = "", sample: int = 64) -> float:
@@ -649,9 +666,9 @@ def make_dataset(
         raise UserError(
             "cache with an input service: the workers decode every pass; cache or serve, not both"
         )
-    if service:  # each service worker repeats its own share of the files
-        layout = dataclasses.replace(layout, repeat_files=False)
-        config.check_served(files)
+    if service:  # each service worker repeats its own share of the files (its local copies)
+        files = config.served_files(files)
+        layout = dataclasses.replace(layout, repeat_files=False, staged=False)
     files_ds = _file_stage(files, config, input_context, training, layout, served=bool(service))
 
     def read_and_parse(seed: Any = None) -> Any:
@@ -736,7 +753,7 @@ def _layout(
     by_file = True
     if input_context is not None and input_context.num_input_pipelines > 1:
         n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
-        if len(files) < n:
+        if not files_by_pipeline(len(files), n):
             _LOG.warning(
                 "only %d files for %d input pipelines: sharding by blocks of records (DATA "
                 "policy), so every worker reads every file; write at least %d shards to avoid it",

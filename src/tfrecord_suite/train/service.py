@@ -35,7 +35,9 @@ import threading
 import time
 from typing import Any
 
+from tfrecord_suite import flags
 from tfrecord_suite.errors import UserError
+from tfrecord_suite.train.served import ShareOptions, stage_share
 
 _LOG = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ class WorkerOptions:
             before it gives up (exit 2).
         ready_file: Created once it has registered with the dispatcher (what a readiness
             probe checks: its port opens a moment earlier); empty: none.
+        stage: The share of a staged store's shards it copies to local disk before it
+            serves (flat flags: ``--stage-dataset`` ...; :mod:`~tfrecord_suite.train.served`).
 
     """
 
@@ -94,6 +98,7 @@ class WorkerOptions:
     address: str = ""
     dispatcher_wait_seconds: float = 600.0
     ready_file: str = ""
+    stage: ShareOptions = dataclasses.field(default_factory=ShareOptions)
 
 
 def _serve_until_signalled(what: str, make_server: Any, ready_file: str = "") -> None:
@@ -157,10 +162,17 @@ def wait_for_port(host: str, port: int, seconds: float) -> bool:
 
 
 def run_worker(options: WorkerOptions) -> None:
-    """Serve a worker until SIGTERM (never returns); exit 2 if the dispatcher never answers."""
+    """Serve a worker until SIGTERM (never returns); exit 2 if the dispatcher never answers.
+
+    With ``options.stage``, the worker first stages its share of the shards
+    (:func:`~tfrecord_suite.train.served.stage_share`): it registers only once it can read them.
+    """
     host, _, port = options.dispatcher.rpartition(":")
     if not host or not port.isdigit():
         raise UserError(f"--dispatcher {options.dispatcher!r}: expected host:port")
+    address = options.address or f"{LOCAL_HOST}:{options.port}"
+    if options.stage.stage_dataset:
+        print(stage_share(options.stage, address)["line"], file=sys.stderr, flush=True)
     # WorkerServer() blocks, holding the GIL, until it reaches the dispatcher; waiting here
     # first keeps SIGTERM working meanwhile and skips the constructor's retry backoff
     if not wait_for_port(host, int(port), options.dispatcher_wait_seconds):
@@ -176,7 +188,7 @@ def run_worker(options: WorkerOptions) -> None:
     service = tf.data.experimental.service
     config = service.WorkerConfig(
         dispatcher_address=options.dispatcher,
-        worker_address=options.address or f"{LOCAL_HOST}:{options.port}",
+        worker_address=address,
         port=options.port,
         protocol="grpc",
     )
@@ -257,6 +269,10 @@ class LocalDataService:
     ``hosts``: the address each worker advertises (the dispatcher's list), by default
     127.0.0.1 for all; other loopback addresses (127.0.0.2...) give workers addresses of their
     own, as on other hosts. Every server listens on all of this host's addresses.
+
+    ``stage``: each worker stages its share of that version's shards into :attr:`served_copies`
+    before it serves (its ``stage_workers`` and ``stage_folder`` are this service's own), for a
+    store TensorFlow cannot open (:mod:`~tfrecord_suite.train.served`).
     """
 
     def __init__(
@@ -265,6 +281,7 @@ class LocalDataService:
         work_dir: str = "",
         max_restarts: int = 10,
         hosts: list[str] | None = None,
+        stage: ShareOptions | None = None,
     ):
         self.workers = workers
         self.max_restarts = max_restarts
@@ -277,6 +294,11 @@ class LocalDataService:
         self.work_dir = work_dir or self._own_dir.name  # type: ignore[union-attr]
         self.dispatcher_port = free_port()
         self.worker_ports = [free_port() for _ in range(workers)]
+        self.stage = stage and dataclasses.replace(
+            stage,
+            stage_workers=",".join(self.worker_address(i) for i in range(workers)),
+            stage_folder=os.path.join(self.work_dir, "served"),
+        )
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -287,6 +309,11 @@ class LocalDataService:
     def address(self) -> str:
         """The dispatcher, as the reader takes it."""
         return f"grpc://{LOCAL_HOST}:{self.dispatcher_port}"
+
+    @property
+    def served_copies(self) -> str:
+        """Where the workers stage their shares (the reader's ``served_copies``); "": none."""
+        return self.stage.stage_folder if self.stage else ""
 
     def worker_address(self, index: int) -> str:
         """Worker ``index``'s ``host:port``, as it advertises itself."""
@@ -319,6 +346,7 @@ class LocalDataService:
             self.worker_address(index),
             "--ready-file",
             self._ready_file(name),
+            *(flags.to_args(self.stage) if self.stage else []),
             "--port",
             port,
         )

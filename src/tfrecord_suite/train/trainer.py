@@ -29,6 +29,7 @@ from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
 from tfrecord_suite.train.metrics import METRICS_FILE, TrainMetrics
 from tfrecord_suite.train.reader import FeatureDecoder, ImageFeed, ReaderConfig, make_dataset
+from tfrecord_suite.train.served import ShareOptions
 from tfrecord_suite.train.service import (
     InputService,
     LocalDataService,
@@ -70,6 +71,11 @@ class TrainConfig:
         feature_config: Feature transforms of the built-in model: a YAML/JSON file (local or
             gs://) or inline text; empty infers them from the schema. Ignored with model_fn.
         seed: Random seed (file order, shuffles, weights).
+        reproducible: Train reproducibly: TensorFlow's op determinism on for the run
+            (``tf.config.experimental.enable_op_determinism``) and the reader's element order
+            kept (its ``deterministic``), so that the same seed, version, strategy and machine
+            give the same weights (``weights_digest``), bit for bit. Slower: the input pipeline
+            keeps its order and some ops give up their parallel algorithm.
         reader: The tf.data reader's knobs (flat flags: ``--cycle-length``, ``--shuffle-buffer``,
             ``--cache``...); the batch size, the seed and repeating are set per input pipeline.
         checkpoint_every_steps: Also back up every N steps (0: each epoch only).
@@ -102,6 +108,7 @@ class TrainConfig:
     model_fn: str | None = None
     feature_config: str = ""
     seed: int = 42
+    reproducible: bool = False
     reader: ReaderConfig = dataclasses.field(
         default_factory=ReaderConfig,
         # flags of their own for its fields, except those set per input pipeline
@@ -162,6 +169,7 @@ class TrainConfig:
             self.reader,
             batch_size=batch_size,
             seed=self.seed,
+            deterministic=self.reader.deterministic or self.reproducible,
             shuffle_buffer=self.reader.shuffle_buffer if training else 0,
             cache=self.reader.cache if training else "",
             repeat=training,
@@ -194,6 +202,7 @@ class _Input:
     """What the run reads, resolved once: the version, its splits' files and the batch sizes."""
 
     manifest: Manifest
+    version_dir: str
     schema: Schema
     files: dict[str, list[str]]
     compression: str
@@ -244,6 +253,31 @@ def run_train(config: TrainConfig) -> TrainMetrics:
 
     """
     config.validate()
+    with _op_determinism(config.reproducible):
+        return _train(config)
+
+
+@contextlib.contextmanager
+def _op_determinism(on: bool) -> Iterator[None]:
+    """TensorFlow's op determinism on for the block where ``on``.
+
+    The switch is process-wide: it is put back as it was after, for the next run in the same
+    process.
+    """
+    from tensorflow.python.framework import config as tf_config
+
+    was = tf_config.is_op_determinism_enabled()
+    if on and not was:
+        tf_config.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if on and not was:
+            tf_config.disable_op_determinism()
+
+
+def _train(config: TrainConfig) -> TrainMetrics:
+    """:func:`run_train`'s phases, on a validated config."""
     data = _resolve_input(config)
     built = _build_model(config, data)
     model_dir = storage.normalize(config.model_dir)
@@ -382,6 +416,7 @@ def _resolve_input(config: TrainConfig) -> _Input:
         _LOG.info(advice)
     return _Input(
         manifest=manifest,
+        version_dir=vdir,
         schema=schema,
         files={s: shard_uris(manifest, vdir, s) for s in splits},
         compression=manifest.compression,
@@ -546,11 +581,11 @@ def _fit(
         len(data.files["train"]),
         strategy_lib.cluster_workers() or 1,
     )
-    with served_input(config) as (address, watchdog, service_info):
+    with served_input(config, data) as (served, address, watchdog, service_info):
         if watchdog is not None:
             callbacks.append(watchdog.callback())
         history = built.model.fit(
-            _input_fn(config, data, built, "train", True, service=address),
+            _input_fn(served, data, built, "train", True, service=address),
             epochs=config.epochs,
             steps_per_epoch=data.steps_per_epoch,
             shuffle=False,  # the reader shuffles; Keras would only warn that it cannot
@@ -568,16 +603,18 @@ def _fit(
 
 @contextlib.contextmanager
 def served_input(
-    config: TrainConfig,
-) -> Iterator[tuple[str, StallWatchdog | None, dict[str, Any]]]:
-    """The dispatcher training reads through (``""``: none), its watchdog, what to report of it.
+    config: TrainConfig, data: _Input | None = None
+) -> Iterator[tuple[TrainConfig, str, StallWatchdog | None, dict[str, Any]]]:
+    """The config training reads with, its dispatcher (``""``: none), watchdog and report.
 
-    The report is filled in when the block ends (the local workers' restarts).
-    ``local:N`` starts the dispatcher and workers here for the run and stops them after.
+    The report is filled in when the block ends (the local workers' restarts). ``local:N``
+    starts the dispatcher and workers here for the run and stops them after; where the shards
+    would be staged (``s3://``), each worker first stages its share and the config names their
+    copies (:mod:`~tfrecord_suite.train.served`).
     """
     wanted = InputService.parse(config.input_service)
     if wanted is None:
-        yield "", None, {}
+        yield config, "", None, {}
         return
     if wanted.cluster_workers:
         raise UserError(
@@ -588,12 +625,21 @@ def served_input(
     with contextlib.ExitStack() as stack:
         address, local = wanted.address, None
         if wanted.local_workers:
-            local = stack.enter_context(LocalDataService(wanted.local_workers))
+            stage = None
+            if data is not None and config.reader.stages(data.files["train"]):
+                stage = ShareOptions(
+                    stage_dataset=data.version_dir,
+                    stage_pipelines=strategy_lib.cluster_workers() or 1,
+                )
+            local = stack.enter_context(LocalDataService(wanted.local_workers, stage=stage))
             address = local.address
+            if local.served_copies:
+                reader = dataclasses.replace(config.reader, served_copies=local.served_copies)
+                config = dataclasses.replace(config, reader=reader)
         _LOG.info("training input through the tf.data service at %s", address)
         watchdog = stack.enter_context(StallWatchdog(config.input_service_stall_seconds))
         try:
-            yield address, watchdog, info
+            yield config, address, watchdog, info
         finally:
             if local is not None:
                 info.update(workers=local.workers, worker_restarts=local.restarts)

@@ -12,7 +12,7 @@ NAME = "promote"
 def test_runs_in_kfp_local(local_root, register_run, evaluate_run):
     from component_checks import imported, load
     from kfp import dsl
-    from kfp.dsl import Metrics, Model
+    from kfp.dsl import Markdown, Model
 
     from tfrecord_suite.registry.models import ModelRegistry
 
@@ -22,7 +22,7 @@ def test_runs_in_kfp_local(local_root, register_run, evaluate_run):
     def promote_alone() -> int:
         return promote(
             registered=imported(register_run["registered"], Model),
-            evaluation=imported(evaluate_run["evaluation"], Metrics),
+            decision=imported(evaluate_run["decision"], Markdown),
         ).output
 
     assert promote_alone().output == 1

@@ -1,8 +1,6 @@
 """The evaluate component: its defaults, and a run through kfp.local (the checks every folder gets
 are in tests/unit/test_component_folders.py)."""
 
-import json
-
 import pytest
 
 NAME = "evaluate"
@@ -22,10 +20,20 @@ def test_defaults_are_the_gate_configs():
 
 @pytest.mark.e2e
 def test_runs_in_kfp_local_and_promotes_a_first_model(evaluate_run):
-    # nothing registered yet: no baseline to beat, and none named in the metadata
-    assert evaluate_run["decision"] == "promote"
-    assert "accuracy" in json.dumps(evaluate_run["evaluation"].metadata)
-    assert "baseline_version" not in evaluate_run["evaluation"].metadata
+    """Nothing registered yet: no baseline to beat, and none named. The evaluation carries the
+    candidate's score and nothing else (a Metrics artifact: numbers only, which the UI compares
+    across runs); the decision, its reason and what it compared are the decision artifact's, a
+    Markdown the UI renders."""
+    assert evaluate_run["gate"] == "promote"
+    evaluation = evaluate_run["evaluation"].metadata
+    assert set(evaluation) == {"candidate_accuracy"}
+    assert all(isinstance(v, float) for v in evaluation.values()), evaluation
+    decision = evaluate_run["decision"]
+    assert decision.metadata["decision"] == "promote"
+    assert decision.metadata["reason"] == "no baseline model yet"
+    assert decision.metadata["candidate_accuracy"] == evaluation["candidate_accuracy"]
+    assert "baseline_version" not in decision.metadata
+    assert "Model gate: **promote**" in open(decision.path).read()
 
 
 @pytest.mark.e2e

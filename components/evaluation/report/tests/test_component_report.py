@@ -24,7 +24,7 @@ def test_runs_in_kfp_local(version_run, train_run, evaluate_run, register_run):
             dataset=imported(version_run["dataset"], Dataset),
             model=imported(train_run.outputs["model"], Model),
             metrics=imported(train_run.outputs["metrics"], Metrics),
-            evaluation=imported(evaluate_run["evaluation"], Metrics),
+            decision=imported(evaluate_run["decision"], Markdown),
             registered=imported(register_run["registered"], Model),
         )
         return outputs(task.outputs["Output"], task.outputs["summary"])

@@ -107,7 +107,7 @@ def evaluate(
     dataset: Input[Dataset],
     model: Input[Model],
     evaluation: Output[Metrics],
-    comparison: Output[Markdown],
+    decision: Output[Markdown],
     model_registry: str = "",
     model_name: str = "",
     baseline_alias: str = "stable",
@@ -128,9 +128,11 @@ def evaluate(
         tolerance: How much worse than the baseline still promotes.
 
     Returns:
-        evaluation: Both scores as metrics; metadata decision, reason, baseline_alias, dataset
-            and baseline_version (absent when no model holds the alias).
-        comparison: The comparison as Markdown.
+        evaluation: Both scores as metrics (numbers only: candidate_<metric>, and
+            baseline_<metric> when a model holds the alias), which the UI compares across runs.
+        decision: The gate's decision and the comparison behind it, as Markdown; metadata
+            decision, reason, metric, the scores, baseline_alias, dataset and baseline_version
+            (absent when no model holds the alias).
         Output: The decision, promote or hold.
 
     """
@@ -144,14 +146,14 @@ def evaluate(
         baseline_alias=baseline_alias,
         tolerance=tolerance,
         evaluation=evaluation,
-        comparison=comparison,
+        decision=decision,
     )
 
 
 def register(
     dataset: Input[Dataset],
     model: Input[Model],
-    evaluation: Input[Metrics],
+    decision: Input[Markdown],
     registered: Output[Model],
     model_registry: str = "",
     model_name: str = "",
@@ -165,7 +167,7 @@ def register(
     Args:
         dataset: The dataset version the model was trained on.
         model: The trained model.
-        evaluation: The evaluate step's evaluation (stored in the lineage).
+        decision: The evaluate step's decision (its metadata is stored in the lineage).
         model_registry: Model registry root; <registry root>/_models when empty.
         model_name: Registered model name; the dataset's name when empty.
 
@@ -180,7 +182,7 @@ def register(
     return register_task(
         dataset=dataset,
         model=model,
-        evaluation=evaluation,
+        decision=decision,
         model_registry=model_registry,
         model_name=model_name,
         registered=registered,
@@ -189,7 +191,7 @@ def register(
 
 def promote(
     registered: Input[Model],
-    evaluation: Input[Metrics],
+    decision: Input[Markdown],
     model_registry: str = "",
     model_name: str = "",
     alias: str = "stable",
@@ -202,7 +204,7 @@ def promote(
 
     Args:
         registered: The register step's registered model.
-        evaluation: The evaluate step's evaluation (its baseline_version is the expected one).
+        decision: The evaluate step's decision (its baseline_version is the expected one).
         model_registry: Model registry root; the registered model's when empty.
         model_name: Model name; the registered model's when empty.
         alias: The alias to move, e.g. stable.
@@ -215,7 +217,7 @@ def promote(
 
     return promote_task(
         registered=registered,
-        evaluation=evaluation,
+        decision=decision,
         model_registry=model_registry,
         model_name=model_name,
         alias=alias,
@@ -226,7 +228,7 @@ def report(
     dataset: Input[Dataset],
     model: Input[Model],
     metrics: Input[Metrics],
-    evaluation: Input[Metrics],
+    decision: Input[Markdown],
     registered: Input[Model],
     summary: Output[Markdown],
 ) -> str:
@@ -236,7 +238,7 @@ def report(
         dataset: The dataset version.
         model: The trained model.
         metrics: The train step's metrics.
-        evaluation: The evaluate step's evaluation.
+        decision: The evaluate step's decision.
         registered: The register step's registered model.
 
     Returns:
@@ -251,7 +253,7 @@ def report(
         dataset=dataset,
         model=model,
         metrics=metrics,
-        evaluation=evaluation,
+        decision=decision,
         registered=registered,
         summary=summary,
     )
