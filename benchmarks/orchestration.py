@@ -108,7 +108,7 @@ def _cluster() -> Any:
             "the orchestration part needs the one-node cluster with Kubeflow Pipelines running: "
             "`make cluster-up` (docs/how-to/one-node-cluster.md)"
         )
-    missing = [step.name for step in kfp.steps() if step.name not in cluster.steps]
+    missing = [step.name for step in kfp.step_policies() if step.name not in cluster.steps]
     if missing:
         raise UserError(
             f"the one-node cluster lacks {', '.join(missing)}: `make cluster-up` installs "

@@ -44,7 +44,7 @@ CONFIGS = {
     "tfrecord_suite.train.evaluate.GateConfig": "the evaluate component",
     "tfrecord_suite.launch.placement.Placement": "`compile`, `submit`, `retrain`: the train "
     "step's hardware",
-    "tfrecord_suite.kfp.placement.Deployment": "`compile`, `submit`, `retrain`: images, "
+    "tfrecord_suite.kfp.task_placement.Deployment": "`compile`, `submit`, `retrain`: images, "
     "requests, caching",
     "tfrecord_suite.launch.credentials.Credentials": "inside Deployment (flat flags): the "
     "Secrets of every step and launched pod",

@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 from kfp import dsl
 from kfp.dsl import Dataset
 
-from tfrecord_suite.kfp.placement import Deployment
-from tfrecord_suite.kfp.steps import Steps
+from tfrecord_suite.kfp.step_policies import Steps
+from tfrecord_suite.kfp.task_placement import Deployment
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.pipelines.stages import described, publish
 from tfrecord_suite.shard.step import ShardConfig

@@ -2,7 +2,7 @@
 
 ``publish``: fingerprint -> shard -> version. ``train_and_gate``: train -> evaluate -> register
 -> [gate] promote -> report. Called inside a ``@dsl.pipeline`` function, they add their tasks
-to it; ``step`` is the pipeline's :class:`~tfrecord_suite.kfp.steps.Steps`.
+to it; ``step`` is the pipeline's :class:`~tfrecord_suite.kfp.step_policies.Steps`.
 """
 
 import inspect
@@ -12,7 +12,7 @@ from typing import Any
 
 from kfp import dsl
 
-from tfrecord_suite.kfp.steps import Steps
+from tfrecord_suite.kfp.step_policies import Steps
 
 #: Every ready pipeline's parameters, described once (the compiled YAML carries these
 #: descriptions, and the Kubeflow UI shows them beside each parameter).

@@ -10,8 +10,8 @@ from typing import Any
 
 from kfp import dsl
 
-from tfrecord_suite.kfp.placement import Deployment
-from tfrecord_suite.kfp.steps import Steps
+from tfrecord_suite.kfp.step_policies import Steps
+from tfrecord_suite.kfp.task_placement import Deployment
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.pipelines.stages import described, train_and_gate
 from tfrecord_suite.train.evaluate import GateConfig

@@ -3,7 +3,7 @@
 * the committed spec loads as a user loads it, names the component, and describes every input
   and output, as kubeflow/pipelines-components asks;
 * the wrapper holds no logic: its body is its docstring, imports, and one call of a
-  ``tfrecord_suite.kfp.tasks`` function whose result it returns (or a namedtuple of it);
+  ``tfrecord_suite.steps`` function whose result it returns (or a namedtuple of it);
 * its ``metadata.yaml`` has pipelines-components' fields, its own name, and the minimum KFP
   backend the suite checks on submit;
 * its defaults are the suite's configuration defaults (the config dataclasses are the one
@@ -64,8 +64,9 @@ def check_wrapper(name: str) -> None:
     body = fn.body[1:]  # after the docstring
     imports = [n for n in body if isinstance(n, ast.ImportFrom)]
     rest = [n for n in body if not isinstance(n, ast.ImportFrom)]
-    assert any(n.module == "tfrecord_suite.kfp.tasks" for n in imports), name
-    assert {n.module for n in imports} <= {"tfrecord_suite.kfp.tasks", "collections"}, name
+    steps = {"tfrecord_suite.steps.data", "tfrecord_suite.steps.training"}
+    assert any(n.module in steps for n in imports), name
+    assert {n.module for n in imports} <= {*steps, "collections"}, name
     # one call: `task(...)`, `return task(...)`, or `x = task(...)` then `return namedtuple(x)`
     calls = [n for n in rest if isinstance(getattr(n, "value", None), ast.Call)]
     assert len(rest) <= 2 and calls, f"{name}: the wrapper does more than call its task"

@@ -146,11 +146,11 @@ def multi_worker_train(args: list[str], workers: int = 2, timeout: float = 600) 
 
 def cached_against_policy(pipeline_yaml: str) -> list[str]:
     """Tasks of the suite's components that a compiled pipeline lets Kubeflow cache although
-    their policy (tfrecord_suite.kfp.steps.STEPS) says not to: a cached resolve_dataset, for
+    their policy (tfrecord_suite.kfp.step_policies.STEPS) says not to: a cached resolve_dataset, for
     one, keeps training on the version an alias named when it first ran."""
     import yaml
 
-    from tfrecord_suite.kfp.steps import STEPS
+    from tfrecord_suite.kfp.step_policies import STEPS
 
     with open(pipeline_yaml) as fh:
         spec = next(yaml.safe_load_all(fh))
@@ -224,11 +224,11 @@ def api_calls(plane: Any, user: str, resource: str = "") -> list[tuple[str, int,
 def launch_as(monkeypatch: Any, tmp_path: Path, runner: Any) -> None:
     """Make code that launches from a pod (the train step) do it here as ``runner``
     (:func:`launcher_account`): its kubeconfig, and its namespace as the pod's own."""
-    from tfrecord_suite.launch import job
+    from tfrecord_suite.launch import kube
 
     path = tmp_path / "namespace"
     path.write_text(runner.namespace)
-    monkeypatch.setattr(job, "NAMESPACE_FILE", str(path))
+    monkeypatch.setattr(kube, "NAMESPACE_FILE", str(path))
     monkeypatch.setenv("KUBECONFIG", str(runner.kubeconfig))
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from tfrecord_suite.images import DEFAULT_REGISTRY, DEFAULT_TAG, ImageSet
 from tfrecord_suite.kfp.components import COMPONENTS, Components, build_components
-from tfrecord_suite.kfp.steps import configure
+from tfrecord_suite.kfp.step_policies import configure
 
 __all__ = ["COMPONENTS", "Components", "build", "configure", *COMPONENTS]
 

@@ -1,7 +1,7 @@
 """What a step's pod knows about itself on Kubernetes, handed in through the downward API.
 
 The compiled pipelines give each step that needs them these environment variables
-(:func:`tfrecord_suite.kfp.steps.configure` sets them with kfp-kubernetes'
+(:func:`tfrecord_suite.kfp.step_policies.configure` sets them with kfp-kubernetes'
 ``use_field_path_as_env``), so none of them is a component input:
 
 * the pipeline run's ID, from the pod label ``pipeline/runid`` that the KFP API server puts on

@@ -79,7 +79,7 @@ def test_component_image_runs_as_10001_and_the_launcher_can_write(component_imag
         "sh",
         "-ec",
         "id -u; mkdir -p /minio/mlpipeline/run/x /s3/b/y /gcs/b/z; python3 -c '"
-        "import os, tensorflow, apache_beam, kfp, tfrecord_suite.kfp.tasks; "
+        "import os, tensorflow, apache_beam, kfp, tfrecord_suite.steps.training; "
         'print(os.environ["LD_PRELOAD"], tensorflow.__version__, apache_beam.__version__, '
         "kfp.__version__)'",
     )

@@ -28,7 +28,7 @@ class Artifact:
 def train_step(dataset_ref: str, out: Any, **overrides: Any) -> dict[str, Artifact]:
     """Call the kfp train step's function as its component does, with small settings.
 
-    The artifacts' local paths are under ``out``; any argument of ``tasks.train_task``,
+    The artifacts' local paths are under ``out``; any argument of ``training_steps.train_step``,
     artifacts included, can be overridden. ``run_id``, ``pod_name``, ``pod_uid`` and
     ``service_account`` are what the downward API would tell the step's pod (environment
     variables, see tfrecord_suite.podinfo). Returns the four artifacts by name.
@@ -37,7 +37,7 @@ def train_step(dataset_ref: str, out: Any, **overrides: Any) -> dict[str, Artifa
     from unittest import mock
 
     from tfrecord_suite import podinfo
-    from tfrecord_suite.kfp import tasks
+    from tfrecord_suite.steps import training as training_steps
 
     keys = [f.name for f in dataclasses.fields(podinfo.PodInfo)]
     pod = {
@@ -56,7 +56,7 @@ def train_step(dataset_ref: str, out: Any, **overrides: Any) -> dict[str, Artifa
         if name in overrides:
             artifacts[name] = overrides.pop(name)
     with mock.patch.dict(os.environ, pod):
-        tasks.train_task(
+        training_steps.train_step(
             **{
                 "dataset_ref": dataset_ref,
                 "dataset_digest": "",

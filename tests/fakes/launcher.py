@@ -4,7 +4,7 @@ After a step's code ends, the KFP launcher reads the executor output file the st
 same ``executor_output.json`` ``kfp.local`` leaves in each task's folder) and records each output
 artifact, its metadata included, in ML Metadata (``backend/src/v2/component/launcher_v2.go``,
 the metadata converted by ``StructValueToMLMDValue`` in ``backend/src/v2/metadata/converter.go``,
-whose rule ``tfrecord_suite.kfp.mlmd.mlmd_problems`` restates). ``kfp.local`` does neither, so a
+whose rule ``tfrecord_suite.steps.mlmd.mlmd_problems`` restates). ``kfp.local`` does neither, so a
 step that would fail on a cluster after its work is done passes locally; these helpers apply the
 rule to every artifact of every step of a local run.
 
@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from tfrecord_suite.kfp.mlmd import mlmd_problems
+from tfrecord_suite.steps.mlmd import mlmd_problems
 
 EXECUTOR_OUTPUT = "executor_output.json"
 

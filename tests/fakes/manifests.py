@@ -171,9 +171,10 @@ def launched_objects() -> list[dict[str, Any]]:
     every option: a TrainJob and a TFJob of three GPU nodes with a priority class, a storage
     Secret of each kind and a pull Secret; the run's tf.data service; the step's lease."""
     from tfrecord_suite import images
-    from tfrecord_suite.launch import data_service
+    from tfrecord_suite.launch import data_service_k8s as data_service
     from tfrecord_suite.launch.credentials import Credentials
-    from tfrecord_suite.launch.job import JobConfig, run_trainers
+    from tfrecord_suite.launch.job import JobConfig
+    from tfrecord_suite.launch.kube import run_trainers
     from tfrecord_suite.launch.lease import Lease
     from tfrecord_suite.launch.placement import Placement
     from tfrecord_suite.launch.tfjob import render_tfjob

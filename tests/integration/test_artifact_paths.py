@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from tfrecord_suite.kfp import tasks
 from tfrecord_suite.registry.models import ModelRegistry
+from tfrecord_suite.steps import data as data_steps
+from tfrecord_suite.steps import training as training_steps
 
 
 class LauncherArtifact:
@@ -52,9 +53,9 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
     def out(step: str, name: str) -> LauncherArtifact:
         return LauncherArtifact(mount, run, step, name)
 
-    digest = tasks.fingerprint_task(penguins_csv)
+    digest = data_steps.fingerprint_step(penguins_csv)
     staged, shard_summary = out("shard", "staged"), out("shard", "summary")
-    tasks.shard_task(
+    data_steps.shard_step(
         input_uri=penguins_csv, registry_root=registry, dataset_name="penguins",
         fingerprint=digest, input_format="auto", label="species", key_column="",
         splits="train=80,validation=10,test=10", num_shards=0, target_shard_mb=128.0,
@@ -66,36 +67,36 @@ def test_each_step_writes_under_the_launchers_local_path(tmp_path, penguins_csv,
         os.path.join(registry, "penguins", "_data", f"run-{run}-")
     )
     dataset, card = out("version", "dataset"), out("version", "card")
-    ref, content = tasks.version_task(
+    ref, content = data_steps.version_step(
         staged=staged, registry_root=registry, dataset_name="penguins", bump="auto",
         dataset=dataset, card=card,
     )  # fmt: skip
     assert ref == f"{registry}/penguins@1.0.0"
     model, metrics = out("train", "model"), out("train", "metrics")
     confusion, report = out("train", "classification_metrics"), out("train", "report")
-    tasks.train_task(
+    training_steps.train_step(
         dataset_ref=ref, dataset_digest=content, strategy="auto", cpu_devices=1, epochs=2,
         batch_size=16, learning_rate=0.01, model_fn="", model=model, metrics=metrics,
         classification_metrics=confusion, report=report,
     )  # fmt: skip
     evaluation, decision = out("evaluate", "evaluation"), out("evaluate", "decision")
-    gate = tasks.evaluate_task(
+    gate = training_steps.evaluate_step(
         dataset=dataset, model=model, model_registry="", model_name="", baseline_alias="stable",
         tolerance=0.0, evaluation=evaluation, decision=decision,
     )  # fmt: skip
     registered = out("register", "registered")
-    number = tasks.register_task(
+    number = training_steps.register_step(
         dataset=dataset, model=model, decision=decision, model_registry="", model_name="",
         registered=registered,
     )  # fmt: skip
     assert (gate, number) == ("promote", 1)
-    assert tasks.promote_task(
+    assert training_steps.promote_step(
         registered=registered, decision=decision, model_registry="", model_name="",
         alias="stable",
     ) == 1  # fmt: skip
     summary = out("report", "summary")
     report_json = json.loads(
-        tasks.report_task(
+        training_steps.report_step(
             dataset=dataset, model=model, metrics=metrics, summary=summary,
             decision=decision, registered=registered,
         )
@@ -155,7 +156,7 @@ def test_bad_data_says_a_retry_will_not_help(tmp_path):
     raw.write_text("x,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(40)) + "oops\n" * 40)
     staged, summary = (LauncherArtifact(str(tmp_path / "pod"), "r", "shard", n) for n in "ab")
     with pytest.raises(RetryWillNotHelp, match="retrying the shard step will not help") as err:
-        tasks.shard_task(
+        data_steps.shard_step(
             input_uri=str(raw), registry_root=str(tmp_path / "reg"), dataset_name="rows",
             fingerprint="", input_format="csv", label="label", key_column="",
             splits="train=80,validation=10,test=10", num_shards=0, target_shard_mb=128.0,
@@ -174,7 +175,7 @@ def test_publishing_a_cached_shard_result_whose_data_is_gone_says_what_to_do(tmp
     staged.metadata["staged_uri"] = str(tmp_path / "reg" / "rows" / "_data" / "run-gone")
     dataset, card = (LauncherArtifact(str(tmp_path / "pod"), "r", "version", n) for n in "ab")
     with pytest.raises(RetryWillNotHelp, match=r"are gone.*--no-caching"):
-        tasks.version_task(
+        data_steps.version_step(
             staged=staged, registry_root=str(tmp_path / "reg"), dataset_name="rows",
             bump="auto", dataset=dataset, card=card,
         )  # fmt: skip

@@ -65,16 +65,15 @@ from test_cluster_training import (
 
 from realparts.processes import wait_for
 from tfrecord_suite.images import IMAGE_UID, ImageSet
-from tfrecord_suite.launch import data_service
+from tfrecord_suite.launch import data_service_k8s as data_service
 from tfrecord_suite.launch import job as job_module
 from tfrecord_suite.launch.credentials import Credentials
-from tfrecord_suite.launch.job import (
+from tfrecord_suite.launch.job import JobConfig, job_name
+from tfrecord_suite.launch.kube import (
     RUN_LABEL,
     TRAINER_LABELS,
-    JobConfig,
     JobError,
     container_security,
-    job_name,
     label_value,
     pod_security,
 )

@@ -43,7 +43,7 @@ from fakes.pod_security import violations
 from tfrecord_suite import podinfo
 from tfrecord_suite.images import IMAGE_UID, ImageSet
 from tfrecord_suite.kfp import catalog
-from tfrecord_suite.launch.job import TRAINER_LABELS, container_security, pod_security
+from tfrecord_suite.launch.kube import TRAINER_LABELS, container_security, pod_security
 from tfrecord_suite.launch.lease import lease_name
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -216,7 +216,7 @@ def run_account(cluster: Any, namespace: str, tmp_path: Path) -> Any:
 def _step_pod(name: str, image: str, executor_input: dict[str, Any], run_id: str) -> dict:
     """The train step's pod as a Kubeflow backend would make it from the compiled pipeline:
     the component's command, the trainer labels and the images' user the pipeline gives its
-    train task (kfp/steps.py), and the rest of what Pod Security ``restricted`` asks for, which
+    train task (kfp/step_policies.py), and the rest of what Pod Security ``restricted`` asks for, which
     Kubeflow's driver adds to every step's pod (the Kubeflow Pipelines tests run the real one)."""
     spec = yaml.safe_load(TRAIN_COMPONENT.read_text())
     container = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
@@ -436,7 +436,8 @@ def test_a_job_whose_nodes_cannot_be_scheduled_says_why(
     active deadline"."""
     import logging
 
-    from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher
+    from tfrecord_suite.launch.job import JobConfig, JobLauncher
+    from tfrecord_suite.launch.kube import JobError
     from tfrecord_suite.launch.placement import Placement
     from tfrecord_suite.launch.trainjob import TrainJob
 

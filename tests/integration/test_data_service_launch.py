@@ -21,13 +21,14 @@ from realparts.standins import Kubelet
 from tfrecord_suite import images
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.launch.credentials import Credentials
-from tfrecord_suite.launch.data_service import (
+from tfrecord_suite.launch.data_service_k8s import (
     DataServiceLauncher,
     dispatcher_address,
     objects,
     write_manifests,
 )
-from tfrecord_suite.launch.job import JobError, job_name
+from tfrecord_suite.launch.job import job_name
+from tfrecord_suite.launch.kube import JobError
 from tfrecord_suite.launch.lease import lease_name
 from tfrecord_suite.registry.datasets import Registry
 from tfrecord_suite.shard.step import ShardConfig, run_shard

@@ -363,7 +363,7 @@ PYTHON = [(_rel(page), code) for page in PAGES for code in PY_BLOCK.findall(open
 def test_every_python_block_compiles_and_its_pipelines_compile_with_kfp(page, code, tmp_path):
     """Every Python example runs as written (definitions only: nothing is submitted), and each
     pipeline it defines compiles with kfp's compiler with caching off where the steps' policy
-    says (tfrecord_suite.kfp.steps.STEPS)."""
+    says (tfrecord_suite.kfp.step_policies.STEPS)."""
     from kfp import compiler
     from kfp.dsl import graph_component
     from support import cached_against_policy
@@ -383,7 +383,7 @@ def test_there_are_python_examples_with_pipelines():
 
 
 def test_the_steps_named_uncached_are_the_policy():
-    from tfrecord_suite.kfp.steps import STEPS
+    from tfrecord_suite.kfp.step_policies import STEPS
 
     text = open(os.path.join(ROOT, "docs", "how-to", "components.md")).read()
     named = re.search(r"caching \(off for (.*?):", text, re.S)[1]

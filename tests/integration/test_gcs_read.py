@@ -63,16 +63,16 @@ def shard_and_version_penguins(bucket: str, penguins_csv: str, tmp_path) -> tupl
     to ``bucket``; returns the registry root, the version's reference and its digest."""
     from fakes.artifacts import Artifact
     from tfrecord_suite.io import storage
-    from tfrecord_suite.kfp import tasks
+    from tfrecord_suite.steps import data as data_steps
 
     registry = f"{bucket}/registry"
     raw = f"{bucket}/raw/penguins.csv"
     storage.copy(penguins_csv, raw)
     staged = Artifact("", path=str(tmp_path / "staged"))
     summary = Artifact("", path=str(tmp_path / "summary.md"))
-    tasks.shard_task(
+    data_steps.shard_step(
         input_uri=raw, registry_root=registry, dataset_name="penguins",
-        fingerprint=tasks.fingerprint_task(raw), input_format="auto", label="species",
+        fingerprint=data_steps.fingerprint_step(raw), input_format="auto", label="species",
         key_column="", splits="train=80,validation=10,test=10", num_shards=2,
         target_shard_mb=128.0, readers=1, workers=1, gzip=False, max_bad_fraction=0.05,
         beam_args=[], staged=staged, summary=summary,
@@ -80,7 +80,7 @@ def shard_and_version_penguins(bucket: str, penguins_csv: str, tmp_path) -> tupl
     assert staged.metadata["staged_uri"].startswith(f"{registry}/penguins/_data/run-")
     dataset = Artifact("", path=str(tmp_path / "dataset"))
     card = Artifact("", path=str(tmp_path / "card.md"))
-    ref, digest = tasks.version_task(
+    ref, digest = data_steps.version_step(
         staged=staged, registry_root=registry, dataset_name="penguins", bump="auto",
         dataset=dataset, card=card,
     )  # fmt: skip

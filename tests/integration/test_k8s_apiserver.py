@@ -30,8 +30,9 @@ from fakes.pod_security import kubeflow_profile_labels
 from realparts import standins
 from realparts.processes import wait_for
 from tfrecord_suite.launch import discovery
-from tfrecord_suite.launch.data_service import DataServiceLauncher, objects
-from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher, job_name
+from tfrecord_suite.launch.data_service_k8s import DataServiceLauncher, objects
+from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name
+from tfrecord_suite.launch.kube import JobError
 from tfrecord_suite.launch.placement import SMALL_NODE, Placement
 from tfrecord_suite.launch.tfjob import TFJob
 from tfrecord_suite.launch.trainjob import TrainJob
@@ -638,7 +639,7 @@ def test_every_pod_of_a_default_run_fits_a_4_vcpu_16_gb_node(kubeflow, k8s_names
 
 LEASED = """
 import json, sys
-from tfrecord_suite.launch.data_service import DataServiceLauncher
+from tfrecord_suite.launch.data_service_k8s import DataServiceLauncher
 from tfrecord_suite.launch.job import JobConfig, JobLauncher, kubernetes_client
 from tfrecord_suite.launch.lease import Lease
 from tfrecord_suite.launch.trainjob import TrainJob

@@ -190,7 +190,7 @@ def test_retraining_pipeline_reports_its_metrics_and_a_second_run_is_cached(kfp_
     assert sum(sum(row["row"]) for row in matrix["rows"]) == 33
     # every metrics artifact of the run holds numbers only (what Compare runs lines up); the
     # gate's decision is a Markdown artifact of its own
-    from tfrecord_suite.kfp.mlmd import LAUNCHER_PROPERTIES
+    from tfrecord_suite.steps.mlmd import LAUNCHER_PROPERTIES
 
     for execution in tasks.values():
         for output in execution["outputs"].values():
@@ -577,7 +577,7 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
 
 
 def test_the_launcher_refuses_a_top_level_null_as_kfp_mlmd_says(kfp_profile, tmp_path):
-    """The rule src/tfrecord_suite/kfp/mlmd.py restates, checked against KFP 2.17's own
+    """The rule src/tfrecord_suite/steps/mlmd.py restates, checked against KFP 2.17's own
     launcher: an output artifact whose metadata holds a null at its top level fails the task
     after its work is done; the same null inside a list or a struct is stored, the struct and
     the list wrapped and the number a double, as the module says a downstream step reads
@@ -585,7 +585,7 @@ def test_the_launcher_refuses_a_top_level_null_as_kfp_mlmd_says(kfp_profile, tmp
     from kfp import compiler
     from mlmd_rule_pipeline import build
 
-    from tfrecord_suite.kfp.mlmd import mlmd_problems
+    from tfrecord_suite.steps.mlmd import mlmd_problems
 
     package = str(tmp_path / "rule.yaml")
     compiler.Compiler().compile(build(kfp_profile.images.component), package)

@@ -23,7 +23,8 @@ from realparts import standins
 from realparts.processes import wait_for
 from tfrecord_suite.launch import job as job_module
 from tfrecord_suite.launch.credentials import Credentials
-from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher, job_name
+from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name
+from tfrecord_suite.launch.kube import JobError
 from tfrecord_suite.launch.lease import Lease
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob, render_tfjob

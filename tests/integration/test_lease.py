@@ -22,7 +22,7 @@ from support import api_calls
 
 from realparts.processes import wait_for
 from realparts.standins import Kubelet
-from tfrecord_suite.launch.job import JobError
+from tfrecord_suite.launch.kube import JobError
 from tfrecord_suite.launch.lease import Lease
 
 pytestmark = pytest.mark.k8s
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.k8s
 LAUNCHER = textwrap.dedent(
     """
     import logging, sys
-    from tfrecord_suite.launch.data_service import DataServiceLauncher
+    from tfrecord_suite.launch.data_service_k8s import DataServiceLauncher
     from tfrecord_suite.launch.job import JobConfig, JobLauncher, kubernetes_client
     from tfrecord_suite.launch.lease import Lease
     from tfrecord_suite.launch.trainjob import TrainJob

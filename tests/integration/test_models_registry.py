@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from tfrecord_suite.cli.main import main
 from tfrecord_suite.io import storage
-from tfrecord_suite.kfp import tasks
 from tfrecord_suite.registry.models import ModelRegistry, ModelRegistryError
+from tfrecord_suite.steps import training as training_steps
 from tfrecord_suite.train.evaluate import HOLD, PROMOTE, decide
 
 
@@ -89,7 +89,7 @@ def test_promotion_refuses_a_stale_comparison(tmp_path):
     stale = Artifact(metadata={"baseline_version": 1})
     reg.set_alias("m", "stable", 2, expected=1)  # the other run
     with pytest.raises(storage.PreconditionFailed, match="points to 2, expected 1"):
-        tasks.promote_task(
+        training_steps.promote_step(
             registered=registered,
             decision=stale,
             model_registry="",
@@ -98,7 +98,7 @@ def test_promotion_refuses_a_stale_comparison(tmp_path):
         )
     assert reg.alias("m", "stable") == 2
     fresh = Artifact(metadata={"baseline_version": 2})
-    assert tasks.promote_task(
+    assert training_steps.promote_step(
         registered=registered, decision=fresh, model_registry="", model_name="", alias="stable"
     )
     assert reg.alias("m", "stable") == 3

@@ -499,11 +499,11 @@ def test_the_shard_step_resizes_images_when_the_pipeline_asks(tmp_path, digits_d
     """The kfp shard step's image options reach the shard step (the pipelines' image_size)."""
     from fakes.artifacts import Artifact
     from tfrecord_suite.errors import RetryWillNotHelp
-    from tfrecord_suite.kfp import tasks
+    from tfrecord_suite.steps import data as data_steps
 
     def shard(size):
         staged = Artifact("s", path=str(tmp_path / f"staged-{size}"))
-        tasks.shard_task(
+        data_steps.shard_step(
             input_uri=digits_dir, registry_root=str(tmp_path / "reg"), dataset_name="digits",
             fingerprint="", input_format="auto", label="", key_column="",
             splits="train=80,validation=10,test=10", num_shards=0, target_shard_mb=128.0,

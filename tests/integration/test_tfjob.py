@@ -21,7 +21,8 @@ from realparts.local_operator import LocalOperator, node_program
 from realparts.processes import wait_for
 from tfrecord_suite import flags
 from tfrecord_suite.io import storage
-from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobError, JobLauncher, job_name
+from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name
+from tfrecord_suite.launch.kube import JobCancelled, JobError
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob, render_tfjob
 from tfrecord_suite.train.reader import ReaderConfig

@@ -28,13 +28,12 @@ from tfrecord_suite import images
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.job import (
     NODE_GRACE_SECONDS,
-    JobCancelled,
     JobConfig,
-    JobError,
     JobLauncher,
     LauncherUnavailable,
     job_name,
 )
+from tfrecord_suite.launch.kube import JobCancelled, JobError
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob
 from tfrecord_suite.launch.trainjob import RUNTIME_NAME, TrainJob, render_trainjob

@@ -1,4 +1,4 @@
-"""What a retried step may adopt of an earlier attempt's objects (launch.job.create_or_adopt,
+"""What a retried step may adopt of an earlier attempt's objects (launch.kube.create_or_adopt,
 which the job launcher and the tf.data service's launcher both use), and a kept lease
 (launch.lease.Lease.keep), with stand-ins for the API calls; the real API server, controllers
 and garbage collector play the same in tests/integration/test_launch_ownership.py."""
@@ -11,7 +11,7 @@ import pytest
 from kubernetes.client import V1Job, V1ObjectMeta, V1OwnerReference
 from kubernetes.client.exceptions import ApiException
 
-from tfrecord_suite.launch.job import RUN_LABEL, JobCancelled, JobError, create_or_adopt
+from tfrecord_suite.launch.kube import RUN_LABEL, JobCancelled, JobError, create_or_adopt
 from tfrecord_suite.launch.lease import Lease
 
 LEASE = {"apiVersion": "batch/v1", "kind": "Job", "name": "l", "uid": "lease-2"}

@@ -53,7 +53,7 @@ def test_every_component_is_importable_and_unknown_names_are_not():
 
 def test_an_image_names_its_set_and_a_step_starts_images_from_its_own(monkeypatch):
     from tfrecord_suite.images import GPU_RESOURCE, IMAGE_ENV, ImageSet
-    from tfrecord_suite.kfp.tasks import running_images
+    from tfrecord_suite.steps import running_images
 
     mine = ImageSet("localhost:5000/team", "t1")
     for key in ("component", "trainer-gpu", "beam-worker"):

@@ -12,8 +12,9 @@ import yaml
 from fakes import manifests
 from tfrecord_suite.kfp.compile import compile_pipeline
 from tfrecord_suite.launch.credentials import Credentials
-from tfrecord_suite.launch.data_service import objects
-from tfrecord_suite.launch.job import TRAINER_LABELS, JobConfig, label_value
+from tfrecord_suite.launch.data_service_k8s import objects
+from tfrecord_suite.launch.job import JobConfig
+from tfrecord_suite.launch.kube import TRAINER_LABELS, label_value
 from tfrecord_suite.launch.tfjob import render_tfjob
 from tfrecord_suite.launch.train_step import StepLaunch
 from tfrecord_suite.launch.trainjob import render_trainjob

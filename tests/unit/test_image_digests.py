@@ -72,7 +72,7 @@ def test_the_images_component_pinning_by_digest_gives_what_kustomize_renders(tmp
 def test_a_step_running_on_a_pinned_image_launches_its_service_on_it(monkeypatch):
     """The train step's own image is pinned: the set it finds starts the run's tf.data service
     on the same pinned image (it refused the reference before, and fell back to the defaults)."""
-    from tfrecord_suite.kfp.tasks import running_images
+    from tfrecord_suite.steps import running_images
 
     monkeypatch.setenv(IMAGE_ENV, f"eu.gcr.io/p/ml/tfrecord-suite:2026.11@{DIGEST}")
     assert running_images().component == f"eu.gcr.io/p/ml/tfrecord-suite:2026.11@{DIGEST}"
@@ -144,7 +144,7 @@ def test_bad_image_digests_are_refused_with_what_to_write(tmp_path, bad):
 def test_retrain_image_carries_its_digest_beside_the_others():
     """retrain --image NAME:TAG@DIGEST (what the CronJob and CI pass) keeps that digest, and
     --image-digests' others."""
-    from tfrecord_suite.kfp.placement import Deployment
+    from tfrecord_suite.kfp.task_placement import Deployment
 
     pinned = Deployment.of_image(f"eu.gcr.io/p/ml/tfrecord-suite:2026.11@{DIGEST}")
     assert pinned.images.component == f"eu.gcr.io/p/ml/tfrecord-suite:2026.11@{DIGEST}"

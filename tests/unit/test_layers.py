@@ -1,7 +1,7 @@
 """The layers hold: only the kfp side talks to kfp (the ``tfrecord_suite.kfp`` package: component
 wrappers, step policies, compiler, placement, local runs, submission; and the two public faces
 built on it, ``tfrecord_suite.components`` and the ready pipelines ``tfrecord_suite.pipelines``);
-everything else, the plain step functions of ``tfrecord_suite.kfp.tasks`` included, runs without
+everything else, the step bodies of ``tfrecord_suite.steps`` included, runs without
 it."""
 
 import json
@@ -14,10 +14,10 @@ import tfrecord_suite
 #: Modules whose job is to talk to kfp; everything else is logic and must run without it.
 KFP_SIDE = (
     "tfrecord_suite.kfp.components",
-    "tfrecord_suite.kfp.steps",
+    "tfrecord_suite.kfp.step_policies",
     "tfrecord_suite.kfp.catalog",
     "tfrecord_suite.kfp.compile",
-    "tfrecord_suite.kfp.placement",
+    "tfrecord_suite.kfp.task_placement",
     "tfrecord_suite.kfp.local_run",
     "tfrecord_suite.kfp.submit",
     "tfrecord_suite.kfp.endpoint",
@@ -56,8 +56,8 @@ def _kfp_after_importing(modules: list[str], path: str = "") -> list[str]:
 
 def test_logic_modules_never_import_kfp():
     modules = _logic_modules()
-    assert "tfrecord_suite.kfp.tasks" in modules and "tfrecord_suite.launch.job" in modules
-    assert "tfrecord_suite.kfp.mlmd" in modules and "tfrecord_suite.podinfo" in modules
+    assert "tfrecord_suite.steps.data" in modules and "tfrecord_suite.launch.job" in modules
+    assert "tfrecord_suite.steps.mlmd" in modules and "tfrecord_suite.podinfo" in modules
     assert _kfp_after_importing(modules) == []
 
 
@@ -82,7 +82,9 @@ def test_the_kfp_side_and_the_launcher_never_import_the_command_line():
         for info in pkgutil.walk_packages(tfrecord_suite.__path__, "tfrecord_suite.")
         if info.name.startswith(("tfrecord_suite.kfp", "tfrecord_suite.launch"))
     ]
-    assert "tfrecord_suite.launch.train_step" in modules and "tfrecord_suite.kfp.tasks" in modules
+    assert (
+        "tfrecord_suite.launch.train_step" in modules and "tfrecord_suite.kfp.components" in modules
+    )
     loaded = _suite_modules_after_importing(modules)
     assert [m for m in loaded if m.startswith("tfrecord_suite.cli")] == []
     assert "tfrecord_suite.cli.options" in _suite_modules_after_importing(

@@ -32,14 +32,14 @@ def _words_outside_code_spans(markdown: str) -> str:
 
 
 def test_the_run_summary_lists_the_train_steps_metrics_as_kubeflow_hands_them_on(tmp_path):
-    from tfrecord_suite.kfp.tasks import report_task
+    from tfrecord_suite.steps.training import report_step
 
     logged = {"test_accuracy": 0.90625, "examples_per_second": 237.6, "input_wait_share": 0.1268}
     metrics = SimpleNamespace(metadata=recorded(logged, "metrics"))
     assert set(metrics.metadata) > set(logged)  # what the step reads on a cluster
     summary = SimpleNamespace(path=str(tmp_path / "summary"))
     out = json.loads(
-        report_task(
+        report_step(
             dataset=SimpleNamespace(metadata=recorded({"ref": "s3://b/r/penguins@1.0.0"}, "d")),
             model=SimpleNamespace(uri="minio://mlpipeline/run/train/model", metadata={}),
             metrics=metrics,

@@ -1,4 +1,4 @@
-"""The rule Kubeflow's launcher applies to artifact metadata, restated by tfrecord_suite.kfp.mlmd,
+"""The rule Kubeflow's launcher applies to artifact metadata, restated by tfrecord_suite.steps.mlmd,
 checked case by case against StructValueToMLMDValue in kubeflow/pipelines
 backend/src/v2/metadata/converter.go (identical from KFP 2.0.0 to 2.17.0)."""
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fakes.launcher import mlmd_roundtrip
-from tfrecord_suite.kfp.mlmd import MetadataError, check_metadata, describe, mlmd_problems
+from tfrecord_suite.steps.mlmd import MetadataError, check_metadata, describe, mlmd_problems
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_what_a_downstream_step_reads_back():
 
 
 def test_log_metrics_refuses_every_value_the_launcher_could_not_read_and_logs_none():
-    from tfrecord_suite.kfp.mlmd import log_metrics
+    from tfrecord_suite.steps.mlmd import log_metrics
 
     class Metrics:
         name = "metrics"

@@ -181,7 +181,7 @@ def test_gpu_and_tpu_placement_of_the_train_step(tmp_path):
 
 
 def test_every_step_requests_cpu_and_memory_and_names_its_image(tmp_path):
-    from tfrecord_suite.kfp.placement import STEP_REQUESTS, Deployment
+    from tfrecord_suite.kfp.task_placement import STEP_REQUESTS, Deployment
     from tfrecord_suite.launch.placement import Placement
 
     docs = _docs(
@@ -299,7 +299,7 @@ def test_placements_compiled_before_the_rename_still_load():
 
 
 def test_no_caching_turns_every_step_off(tmp_path):
-    from tfrecord_suite.kfp.placement import Deployment
+    from tfrecord_suite.kfp.task_placement import Deployment
 
     def cached(path):
         tasks = _docs(path)[0]["root"]["dag"]["tasks"]

@@ -266,7 +266,7 @@ def test_submit_takes_s3_data_and_registries():
 
 
 def test_submit_passes_the_pipeline_root_and_compiles_for_the_registry():
-    from tfrecord_suite.kfp.placement import Deployment
+    from tfrecord_suite.kfp.task_placement import Deployment
 
     with FakeKfp() as api:
         _submit(

@@ -22,6 +22,6 @@ def fingerprint(input_uri: str) -> str:
         Output: The sha256 digest (hex) over every file's name, size and content checksum (GCS's MD5 or CRC32C, a sha256 of local files).
 
     """
-    from tfrecord_suite.kfp.tasks import fingerprint_task
+    from tfrecord_suite.steps.data import fingerprint_step
 
-    return fingerprint_task(input_uri)
+    return fingerprint_step(input_uri)

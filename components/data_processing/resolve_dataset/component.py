@@ -30,7 +30,7 @@ def resolve_dataset(
     """
     from collections import namedtuple
 
-    from tfrecord_suite.kfp.tasks import resolve_task
+    from tfrecord_suite.steps.data import resolve_step
 
-    ref, digest = resolve_task(dataset_ref=dataset_ref, dataset=dataset, card=card)
+    ref, digest = resolve_step(dataset_ref=dataset_ref, dataset=dataset, card=card)
     return namedtuple("ResolveOutputs", ["ref", "digest"])(ref, digest)

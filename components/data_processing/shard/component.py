@@ -61,9 +61,9 @@ def shard(
         image_quality: JPEG quality (1-100) of the JPEG images image_size re-encodes.
 
     """
-    from tfrecord_suite.kfp.tasks import shard_task
+    from tfrecord_suite.steps.data import shard_step
 
-    shard_task(
+    shard_step(
         input_uri=input_uri,
         registry_root=registry_root,
         dataset_name=dataset_name,

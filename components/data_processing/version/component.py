@@ -38,9 +38,9 @@ def version(
     """
     from collections import namedtuple
 
-    from tfrecord_suite.kfp.tasks import version_task
+    from tfrecord_suite.steps.data import version_step
 
-    ref, digest = version_task(
+    ref, digest = version_step(
         staged=staged,
         registry_root=registry_root,
         dataset_name=dataset_name,

@@ -32,9 +32,9 @@ def promote(
         Output: The version the alias now points to.
 
     """
-    from tfrecord_suite.kfp.tasks import promote_task
+    from tfrecord_suite.steps.training import promote_step
 
-    return promote_task(
+    return promote_step(
         registered=registered,
         decision=decision,
         model_registry=model_registry,

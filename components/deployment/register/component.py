@@ -34,9 +34,9 @@ def register(
         Output: The registered version number.
 
     """
-    from tfrecord_suite.kfp.tasks import register_task
+    from tfrecord_suite.steps.training import register_step
 
-    return register_task(
+    return register_step(
         dataset=dataset,
         model=model,
         decision=decision,

@@ -38,9 +38,9 @@ def evaluate(
         Output: The decision, promote or hold.
 
     """
-    from tfrecord_suite.kfp.tasks import evaluate_task
+    from tfrecord_suite.steps.training import evaluate_step
 
-    return evaluate_task(
+    return evaluate_step(
         dataset=dataset,
         model=model,
         model_registry=model_registry,

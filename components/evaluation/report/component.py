@@ -30,9 +30,9 @@ def report(
         Output: The same as JSON: dataset_ref, dataset_uri, model_uri, export_dir, metrics_file, metrics, registered_model, registered_model_uri, gate, gate_reason.
 
     """
-    from tfrecord_suite.kfp.tasks import report_task
+    from tfrecord_suite.steps.training import report_step
 
-    return report_task(
+    return report_step(
         dataset=dataset,
         model=model,
         metrics=metrics,

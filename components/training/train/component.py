@@ -60,9 +60,9 @@ def train(
         data_service_image: Image of cluster:N's pods; empty: the suite's component image.
 
     """
-    from tfrecord_suite.kfp.tasks import train_task
+    from tfrecord_suite.steps.training import train_step
 
-    train_task(
+    train_step(
         dataset_ref=dataset_ref,
         dataset_digest=dataset_digest,
         strategy=strategy,

@@ -1,4 +1,8 @@
-"""The ``data-service`` commands: a tf.data service dispatcher or worker (``--input-service``)."""
+"""The ``data-service`` commands: a tf.data service dispatcher or worker (``--input-service``).
+
+The CLI of :mod:`tfrecord_suite.train.service` (the servers); a service's Kubernetes objects are
+:mod:`tfrecord_suite.launch.data_service_k8s`.
+"""
 
 from __future__ import annotations
 
@@ -58,7 +62,7 @@ def worker(**values: Any) -> None:
 def manifests(name: str, workers: int, image: str, output: str, check: bool, as_json: bool) -> None:
     """Write a tf.data service's Kubernetes manifests (what k8s/data-service holds)."""
     from tfrecord_suite import images
-    from tfrecord_suite.launch.data_service import write_manifests
+    from tfrecord_suite.launch.data_service_k8s import write_manifests
 
     changed = write_manifests(output, name, workers, image or images.COMPONENT_IMAGE, check)
     emit(

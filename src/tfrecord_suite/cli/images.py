@@ -1,4 +1,4 @@
-"""The ``images`` commands: list and build the container images."""
+"""The ``images`` commands: list and build the images (the CLI of :mod:`tfrecord_suite.images`)."""
 
 from __future__ import annotations
 

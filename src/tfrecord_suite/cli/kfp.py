@@ -21,7 +21,7 @@ def _placement_cls() -> type:
 
 
 def _deployment_cls() -> type:
-    from tfrecord_suite.kfp.placement import Deployment
+    from tfrecord_suite.kfp.task_placement import Deployment
 
     return Deployment
 

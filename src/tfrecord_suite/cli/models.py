@@ -1,4 +1,4 @@
-"""The ``models`` commands: the model registry."""
+"""The ``models`` commands: the model registry's CLI (:mod:`tfrecord_suite.registry.models`)."""
 
 from __future__ import annotations
 

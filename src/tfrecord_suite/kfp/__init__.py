@@ -1,8 +1,10 @@
 """The Kubeflow side: the only package that imports kfp.
 
-:mod:`.components` wraps each step as a kfp component with no logic; :mod:`.tasks` holds the plain
-step functions those wrappers call (kfp-free, so they run and test without it); :mod:`.pipeline`
-wires the DAG, :mod:`.placement` applies hardware placement to its train task, :mod:`.compile`
-writes the YAML, :mod:`.local_run` runs it with kfp.local, :mod:`.submit` and :mod:`.retrain` send
-it to a cluster.
+:mod:`.components` wraps each step as a kfp component with no logic (the bodies they call are
+kfp-free, in :mod:`tfrecord_suite.steps`); :mod:`.step_policies` is the one table of how each step
+runs in a pipeline, :mod:`.task_placement` applies a placement, images and credentials to a kfp
+task (the kfp-free :mod:`tfrecord_suite.launch.placement` is the placement itself),
+:mod:`.catalog` describes the components, :mod:`.compile` writes the YAML, :mod:`.local_run` runs
+it with kfp.local, :mod:`.endpoint`, :mod:`.submit` and :mod:`.retrain` send it to a cluster
+through ``kfp.Client`` (``retrain`` takes the client it is given, and imports no kfp itself).
 """

@@ -1,7 +1,7 @@
 """``components/``: every component's compiled spec and README, generated from one source.
 
 The source of truth is the component function (its signature and docstring, compiled by kfp
-into the spec with a description on every input and output), its :data:`~.steps.STEPS` policy,
+into the spec with a description on every input and output), its :data:`~.step_policies.STEPS` policy,
 and the ``metadata.yaml`` and ``OWNERS`` in its folder (kubeflow/pipelines-components' shape),
 written by hand. The folders are laid out as pipelines-components lays out its own,
 ``components/<category>/<name>/`` (:data:`CATEGORIES`), so that its tools find them.
@@ -40,7 +40,7 @@ from tfrecord_suite import __version__
 from tfrecord_suite.flags import docstring_entries
 from tfrecord_suite.images import DEFAULT_IMAGES, ImageSet
 from tfrecord_suite.kfp.components import COMPONENTS, build_components
-from tfrecord_suite.kfp.steps import STEPS
+from tfrecord_suite.kfp.step_policies import STEPS
 
 COMPONENTS_DIR = "components"
 SPEC_FILE = "component.yaml"
@@ -610,7 +610,7 @@ def release_files(output: str, images: ImageSet) -> list[str]:
     ``component-<name>.yaml``. Returns the paths written.
     """
     from tfrecord_suite.kfp.compile import compile_pipeline
-    from tfrecord_suite.kfp.placement import Deployment
+    from tfrecord_suite.kfp.task_placement import Deployment
     from tfrecord_suite.pipelines import PIPELINES
 
     os.makedirs(output, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tfrecord_suite.kfp.placement import Deployment
+from tfrecord_suite.kfp.task_placement import Deployment
 from tfrecord_suite.launch.placement import Placement
 
 #: The pipeline ``tfrecord-suite run``, ``submit`` and ``retrain`` use unless told otherwise.

@@ -112,7 +112,7 @@ def submit_pipeline(
     which namespace runs go to and how to authenticate. ``placement`` (a
     :class:`~tfrecord_suite.launch.placement.Placement`) compiles the train step for GPUs/TPUs
     as ``tfrecord-suite compile`` would, and ``deployment`` (a
-    :class:`~tfrecord_suite.kfp.placement.Deployment`) names the images and the steps' CPU and
+    :class:`~tfrecord_suite.kfp.task_placement.Deployment`) names the images and the steps' CPU and
     memory. ``pipeline`` names the ready pipeline (``retraining``, ``data``, ``training``),
     uploaded as ``pipeline_name`` (default: its own name). Pipeline versions are named after
     their compiled content, so submitting the same

@@ -5,7 +5,7 @@ and on EKS through IRSA or Pod Identity: no Secret at all. Elsewhere (on-premise
 reading another cloud's bucket, a private registry) :class:`Credentials` names the Kubernetes
 Secrets, the Kubeflow way: every step of a compiled pipeline gets them through kfp-kubernetes
 (``use_secret_as_volume``, ``use_secret_as_env``, ``set_image_pull_secrets``;
-:func:`tfrecord_suite.kfp.placement.apply_credentials`), and the train step hands them on to
+:func:`tfrecord_suite.kfp.task_placement.apply_credentials`), and the train step hands them on to
 every pod it creates (TrainJob and TFJob nodes, its tf.data service) in the same shape
 (:meth:`Credentials.env`, :meth:`Credentials.volumes`...). The step learns them from its own
 environment (:data:`CREDENTIALS_ENV`, set when the pipeline is compiled), not from an input, so

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tfrecord_suite.launch.job import JobKind, LauncherUnavailable, retrying
+from tfrecord_suite.launch.job import JobKind, LauncherUnavailable
+from tfrecord_suite.launch.kube import retrying
 from tfrecord_suite.launch.tfjob import TFJob
 from tfrecord_suite.launch.trainjob import RUNTIME_NAME, TrainJob
 

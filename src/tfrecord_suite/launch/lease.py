@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tfrecord_suite.launch.job import (
+from tfrecord_suite.launch.kube import (
     NO_SIDECAR,
     RUN_LABEL,
     JobCancelled,
@@ -81,7 +81,7 @@ class Lease:
 
     Use as a context manager: entering creates the lease (or adopts a live one of the same run,
     a retried step's) and starts renewing it in a thread; inside, SIGTERM raises
-    :class:`~tfrecord_suite.launch.job.JobCancelled`, so every ``finally`` deletes what it
+    :class:`~tfrecord_suite.launch.kube.JobCancelled`, so every ``finally`` deletes what it
     created; leaving stops the renewals and deletes the lease (whatever still names it as owner
     goes with it).
 

@@ -4,7 +4,7 @@ Placement is chosen when the pipeline is compiled (``tfrecord-suite compile --ac
 nvidia-l4 --accelerator-count 2``), because Kubernetes resource requests cannot be switched on and
 off by a run parameter without conditional branches that ``kfp.local`` cannot run. The default
 places nothing special, which is what local runs use. The same placement applies to the train
-step's pod (``tfrecord_suite.kfp.placement.apply_placement``) or to the nodes of the
+step's pod (``tfrecord_suite.kfp.task_placement.apply_placement``) or to the nodes of the
 distributed job it launches (``tfjob``, ``trainjob``).
 """
 

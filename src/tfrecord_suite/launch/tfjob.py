@@ -15,10 +15,9 @@ from tfrecord_suite.launch.job import (
     NODE_GRACE_SECONDS,
     JobConfig,
     JobKind,
-    container_security,
     last_true_condition,
-    pod_security,
 )
+from tfrecord_suite.launch.kube import container_security, pod_security
 
 #: The Training Operator only manages the container with this name.
 CONTAINER = "tensorflow"

@@ -1,14 +1,14 @@
 """What the train step creates on Kubernetes for its run: a lease, its tf.data service, its job.
 
-The kfp train step (:func:`tfrecord_suite.kfp.tasks.train_task`) trains in its own pod unless it
-runs more than one node, or its placement says ``launch_job``, or its input service is
+The kfp train step (:func:`tfrecord_suite.steps.training.train_step`) trains in its own pod unless
+it runs more than one node, or its placement says ``launch_job``, or its input service is
 ``cluster:N``. Then, in this order and each inside the one before:
 
 1. :func:`launching`: the Kubernetes API and the step's lease
    (:mod:`~tfrecord_suite.launch.lease`), named after the run and owned by the step's pod, which
    owns everything after it (a failed job kept for inspection included);
 2. :func:`cluster_input_service`: the run's tf.data service
-   (:mod:`~tfrecord_suite.launch.data_service`), when the input service is ``cluster:N``;
+   (:mod:`~tfrecord_suite.launch.data_service_k8s`), when the input service is ``cluster:N``;
 3. :func:`train_in_job`: a TrainJob or TFJob (:mod:`~tfrecord_suite.launch.job`) whose nodes run
    ``tfrecord-suite train`` with the step's configuration, its chief writing under the registry.
 
@@ -78,7 +78,7 @@ class StepLaunch:
 
     def trainers(self) -> list[dict[str, str]]:
         """Label selectors of this run's trainers: its job's nodes, and the step's own pod."""
-        from tfrecord_suite.launch.job import run_trainers
+        from tfrecord_suite.launch.kube import run_trainers
 
         return run_trainers(self.run_key, self.pod.run_id)
 
@@ -160,7 +160,7 @@ def cluster_input_service(config: Any, launch: StepLaunch | None) -> Iterator[An
     if launch is None or not launch.service_workers:
         yield config
         return
-    from tfrecord_suite.launch.data_service import DataServiceLauncher
+    from tfrecord_suite.launch.data_service_k8s import DataServiceLauncher
     from tfrecord_suite.launch.job import job_name
 
     with DataServiceLauncher(launch.api).running(
@@ -211,11 +211,11 @@ def train_in_job(
     from tfrecord_suite.launch.job import (
         FINISHED_TTL_SECONDS,
         JobConfig,
-        JobError,
         JobLauncher,
         JobRejected,
         job_name,
     )
+    from tfrecord_suite.launch.kube import JobError
     from tfrecord_suite.registry.refs import DatasetRef
     from tfrecord_suite.train.metrics import TrainMetrics
     from tfrecord_suite.train.staging import tensorflow_reads

@@ -207,7 +207,7 @@ class InputService:
         address: ``grpc://HOST:PORT`` of a running dispatcher.
         local_workers: ``local:N``: worker processes on this host, for the run.
         cluster_workers: ``cluster:N``: worker pods the pipeline's train step creates beside
-            its trainers for the run (:mod:`tfrecord_suite.launch.data_service`).
+            its trainers for the run (:mod:`tfrecord_suite.launch.data_service_k8s`).
 
     """
 

@@ -359,7 +359,7 @@ def check_finite(
 
     Keras's ``TerminateOnNaN`` stops ``fit`` at the first such batch; this names what went
     wrong, before anything is exported, registered or logged (Kubeflow's launcher cannot even
-    read a NaN metric back, see :func:`tfrecord_suite.kfp.mlmd.log_metrics`).
+    read a NaN metric back, see :func:`tfrecord_suite.steps.mlmd.log_metrics`).
 
     Raises:
         TrainError: The first non-finite value of the history (by epoch) or the evaluation.

@@ -1,7 +1,7 @@
 """Kubeflow components of the data side: fingerprint, shard, version, resolve_dataset.
 
 Lightweight Python component functions: each body imports one function of
-:mod:`tfrecord_suite.kfp.tasks` and calls it, nothing else (``components/*/tests`` check it).
+:mod:`tfrecord_suite.steps.data` and calls it, nothing else (``components/*/tests`` check it).
 :func:`tfrecord_suite.kfp.components.build_components` turns them into kfp components on the
 image set being compiled for. Their docstrings are the components' documentation: kfp compiles
 the ``Args`` and ``Returns`` sections into each input's and output's description, and
@@ -27,9 +27,9 @@ def fingerprint(input_uri: str) -> str:
             (GCS's MD5 or CRC32C, a sha256 of local files).
 
     """
-    from tfrecord_suite.kfp.tasks import fingerprint_task
+    from tfrecord_suite.steps.data import fingerprint_step
 
-    return fingerprint_task(input_uri)
+    return fingerprint_step(input_uri)
 
 
 def shard(
@@ -94,9 +94,9 @@ def shard(
         summary: The shard summary (counts, shard sizes, statistics) as Markdown.
 
     """
-    from tfrecord_suite.kfp.tasks import shard_task
+    from tfrecord_suite.steps.data import shard_step
 
-    shard_task(
+    shard_step(
         input_uri=input_uri,
         registry_root=registry_root,
         dataset_name=dataset_name,
@@ -154,9 +154,9 @@ def version(
     """
     from collections import namedtuple
 
-    from tfrecord_suite.kfp.tasks import version_task
+    from tfrecord_suite.steps.data import version_step
 
-    ref, digest = version_task(
+    ref, digest = version_step(
         staged=staged,
         registry_root=registry_root,
         dataset_name=dataset_name,
@@ -193,7 +193,7 @@ def resolve_dataset(
     """
     from collections import namedtuple
 
-    from tfrecord_suite.kfp.tasks import resolve_task
+    from tfrecord_suite.steps.data import resolve_step
 
-    ref, digest = resolve_task(dataset_ref=dataset_ref, dataset=dataset, card=card)
+    ref, digest = resolve_step(dataset_ref=dataset_ref, dataset=dataset, card=card)
     return namedtuple("ResolveOutputs", ["ref", "digest"])(ref, digest)

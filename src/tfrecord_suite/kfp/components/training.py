@@ -1,8 +1,8 @@
 """Kubeflow components of the model side: train, evaluate, register, promote, report.
 
-Component functions only (each body imports one function of :mod:`tfrecord_suite.kfp.tasks`
-and calls it); :func:`tfrecord_suite.kfp.components.build_components` gives them images. Their
-docstrings are the components' documentation (see :mod:`.data`).
+Component functions only (each body imports one function of
+:mod:`tfrecord_suite.steps.training` and calls it);
+:func:`tfrecord_suite.kfp.components.build_components` gives them images. Their docstrings are the components' documentation (see :mod:`.data`).
 """
 
 from kfp.dsl import ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
@@ -77,9 +77,9 @@ def train(
         report: The training report (curves, metrics) as Markdown.
 
     """
-    from tfrecord_suite.kfp.tasks import train_task
+    from tfrecord_suite.steps.training import train_step
 
-    train_task(
+    train_step(
         dataset_ref=dataset_ref,
         dataset_digest=dataset_digest,
         strategy=strategy,
@@ -136,9 +136,9 @@ def evaluate(
         Output: The decision, promote or hold.
 
     """
-    from tfrecord_suite.kfp.tasks import evaluate_task
+    from tfrecord_suite.steps.training import evaluate_step
 
-    return evaluate_task(
+    return evaluate_step(
         dataset=dataset,
         model=model,
         model_registry=model_registry,
@@ -177,9 +177,9 @@ def register(
         Output: The registered version number.
 
     """
-    from tfrecord_suite.kfp.tasks import register_task
+    from tfrecord_suite.steps.training import register_step
 
-    return register_task(
+    return register_step(
         dataset=dataset,
         model=model,
         decision=decision,
@@ -213,9 +213,9 @@ def promote(
         Output: The version the alias now points to.
 
     """
-    from tfrecord_suite.kfp.tasks import promote_task
+    from tfrecord_suite.steps.training import promote_step
 
-    return promote_task(
+    return promote_step(
         registered=registered,
         decision=decision,
         model_registry=model_registry,
@@ -247,9 +247,9 @@ def report(
             metrics_file, metrics, registered_model, registered_model_uri, gate, gate_reason.
 
     """
-    from tfrecord_suite.kfp.tasks import report_task
+    from tfrecord_suite.steps.training import report_step
 
-    return report_task(
+    return report_step(
         dataset=dataset,
         model=model,
         metrics=metrics,

@@ -1,4 +1,7 @@
-"""Records: ``tf.train.Example`` bytes, TFRecord framing, spill entries and sort order."""
+"""The compiled loops of :mod:`tfrecord_suite.shard.records`: Example bytes, framing, spills, order.
+
+``tf.train.Example`` bytes, TFRecord framing, spill entries and the writer's sort order.
+"""
 
 from __future__ import annotations
 

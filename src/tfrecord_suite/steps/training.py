@@ -1,17 +1,6 @@
-"""What each Kubeflow component does, as plain functions over duck-typed artifacts.
+"""The training steps' bodies: train, evaluate against the gate, register, promote, report.
 
-The kfp wrappers in :mod:`tfrecord_suite.kfp.components` hold no logic: each body imports one
-function from here and calls it. These functions never import kfp; an "artifact" is anything with
-``uri``, ``path`` and a ``metadata`` dict (kfp's artifact classes, or a stand-in in tests), and
-metric artifacts also need ``log_metric`` / ``log_confusion_matrix``.
-
-Where outputs go. Everything Kubeflow keeps (summaries, reports, the dataset's manifest, the
-exported model and its checkpoints) is written to ``artifact.path``: the KFP launcher maps the
-artifact's URI (``gs://``, ``minio://``, ``s3://``) to that local path and uploads it to whatever
-pipeline root the cluster has. Big data (staged shards, dataset versions, registered models) lives
-under ``registry_root`` and the artifact's metadata says where. Artifact URIs are never changed:
-the launcher honours a changed URI only inside the pipeline root's own bucket and prefix (it
-derives the upload key from the URI and fails the task otherwise).
+Called by the kfp wrappers of :mod:`tfrecord_suite.kfp.components.training`; kfp-free.
 """
 
 from __future__ import annotations
@@ -20,303 +9,26 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import sys
-from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tfrecord_suite import images, tf_import
 from tfrecord_suite.errors import RetryWillNotHelp, UserError
 from tfrecord_suite.io import storage
-from tfrecord_suite.kfp.mlmd import describe, log_metrics, step_metadata
 from tfrecord_suite.markdown import code
 from tfrecord_suite.podinfo import PodInfo
+from tfrecord_suite.steps import (
+    final_on_bad_input,
+    running_image,
+    running_images,
+    setup_logging,
+    write_markdown,
+)
+from tfrecord_suite.steps.mlmd import describe, log_metrics, step_metadata
 
 _LOG = logging.getLogger(__name__)
 EXPORT_SUBDIR = "export"
 
 
-def _setup_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    tf_import.install()  # the lines TensorFlow's import prints at any log level
-
-
-def running_image() -> str:
-    """The image this step runs in, as compiled into its container's environment."""
-    return os.environ.get(images.IMAGE_ENV) or images.COMPONENT_IMAGE
-
-
-def running_images() -> images.ImageSet:
-    """The image set of this step's image: where the images it starts come from.
-
-    A component built with ``tfrecord_suite.components.build(image_registry=R, image_tag=T)``
-    starts its distributed job's nodes and tf.data service workers from ``R`` and ``T``; a step
-    on an image of the user's own falls back to the default set.
-    """
-    return images.ImageSet.find(running_image()) or images.DEFAULT_IMAGES
-
-
-@contextlib.contextmanager
-def _final_on_bad_input(step: str, *kinds: type[BaseException]) -> Iterator[None]:
-    """Say plainly that a failure caused by the data or parameters will not pass on a retry.
-
-    Kubeflow retries a failed step as its retry policy says; storage faults may pass, bad data
-    does not, and the message says so (the original error is chained).
-    """
-    try:
-        yield
-    except (ValueError, *kinds) as exc:
-        raise RetryWillNotHelp(
-            f"{exc} -- bad input: retrying the {step} step will not help; fix the data or the "
-            "parameters and start a new run"
-        ) from exc
-
-
-def _write_markdown(artifact: Any, text: str) -> None:
-    storage.write_text(artifact.path, text)
-
-
-def fingerprint_task(input_uri: str) -> str:
-    """The digest over the names, sizes and contents of every input file."""
-    from tfrecord_suite.shard import sources
-    from tfrecord_suite.shard.step import input_fingerprint
-
-    return input_fingerprint(sources.resolve_inputs(input_uri))["digest"]
-
-
-def staging_uri(registry_root: str, dataset_name: str, run_key: str) -> str:
-    """Where a pipeline run writes its shards: a new batch in the dataset's data folder.
-
-    The version step then publishes them in place (the manifest is the only new object). Each
-    attempt gets a folder of its own, so a retry never rewrites shards a version may already
-    reference; what no version references is removed by ``version gc`` after its grace period.
-    """
-    import uuid
-
-    from tfrecord_suite.registry.datasets import DATA
-    from tfrecord_suite.registry.refs import check_name
-
-    return storage.join(
-        storage.normalize(registry_root),
-        check_name(dataset_name),
-        DATA,
-        f"run-{run_key}-{uuid.uuid4().hex[:8]}",
-    )
-
-
-def _run_key(run_id: str, fallback: str) -> str:
-    """A folder-safe key for this pipeline run (the fallback when there is no run id)."""
-    import re
-
-    key = re.sub(r"[^a-zA-Z0-9_.-]+", "-", run_id or "").strip("-.")
-    return key or fallback or "run"
-
-
-def shard_task(
-    *,
-    input_uri: str,
-    registry_root: str,
-    dataset_name: str,
-    fingerprint: str,
-    input_format: str,
-    label: str,
-    key_column: str,
-    splits: str,
-    num_shards: int,
-    target_shard_mb: float,
-    readers: int,
-    workers: int,
-    gzip: bool,
-    max_bad_fraction: float,
-    beam_args: Sequence[str],
-    staged: Any,
-    summary: Any,
-    image_size: str = "",
-    image_aspect: str = "stretch",
-    image_quality: int = 90,
-) -> None:
-    """Shard ``input_uri`` into a staging folder under ``registry_root``; describe it.
-
-    The shards go to :func:`staging_uri` (on the same storage as the registry, so publishing
-    never crosses stores); ``staged`` records where in its metadata (``staged_uri``) and holds
-    the step's ``summary.json`` and ``schema.json`` at its local path, which Kubeflow keeps.
-    ``fingerprint`` (from :func:`fingerprint_task`) makes Kubeflow's cache key follow the input
-    data; the step re-checks it so data that changed in between is caught, not sharded silently.
-    The pipeline run (:class:`~tfrecord_suite.podinfo.PodInfo`) only names the staging folder.
-    """
-    from tfrecord_suite.shard.convert import parse_size
-    from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard, summary_markdown
-    from tfrecord_suite.shard.summary import SUMMARY_FILE
-
-    _setup_logging()
-    with _final_on_bad_input("shard", ShardError):
-        target = staging_uri(
-            registry_root, dataset_name, _run_key(PodInfo.from_env().run_id, fingerprint[:16])
-        )
-        if fingerprint and fingerprint_task(input_uri) != fingerprint:
-            raise ShardError(
-                f"input {input_uri} changed since it was fingerprinted; rerun the pipeline"
-            )
-        result = run_shard(
-            ShardConfig(
-                input=input_uri,
-                output=target,
-                format=input_format,
-                label=label or None,
-                key_column=key_column or None,
-                splits=splits,
-                num_shards=num_shards or None,
-                target_shard_mb=target_shard_mb,
-                readers=readers,
-                workers=workers,
-                gzip=gzip,
-                max_bad_fraction=max_bad_fraction,
-                overwrite=True,
-                beam_args=list(beam_args),
-                image_size=parse_size(image_size) if image_size else None,
-                image_aspect=image_aspect,
-                image_quality=image_quality,
-            )
-        )
-    for name in (SUMMARY_FILE, "schema.json"):
-        storage.copy(storage.join(target, name), storage.join(staged.path, name))
-    describe(
-        staged,
-        {
-            "staged_uri": target,
-            "records": result.records,
-            "bad_rows": result.bad_rows,
-            "format": result.format,
-            "input_digest": result.input_fingerprint["digest"],
-            "splits": result.split_counts,
-        },
-    )
-    _write_markdown(summary, summary_markdown(result))
-
-
-def version_task(
-    *,
-    staged: Any,
-    registry_root: str,
-    dataset_name: str,
-    bump: str,
-    dataset: Any,
-    card: Any,
-    publish_mode: str = "new",
-) -> tuple[str, str]:
-    """Publish the staged shards; describe the version in ``dataset``.
-
-    The version's folder is in ``dataset.metadata["version_uri"]``; a copy of its manifest and
-    card goes to ``dataset.path`` for Kubeflow to keep.
-
-    Returns:
-        The exact version reference (``<root>/<name>@<MAJOR.MINOR.PATCH>``) and content digest.
-
-    """
-    from tfrecord_suite.registry.datasets import Registry, RegistryError
-    from tfrecord_suite.shard.summary import SUMMARY_FILE
-
-    _setup_logging()
-    registry = Registry(registry_root)
-    with _final_on_bad_input("version", RegistryError):
-        if publish_mode not in ("new", "append"):
-            raise RegistryError(f"publish_mode {publish_mode!r}: use new or append")
-        staged_uri = staged.metadata.get("staged_uri") or staged.uri
-        if not storage.exists(storage.join(staged_uri, SUMMARY_FILE)):
-            # Kubeflow reused a cached shard result whose batch no version kept (version gc)
-            raise RegistryError(
-                f"the staged shards at {staged_uri} are gone: the shard step's result was "
-                "probably taken from Kubeflow's cache after `version gc` removed its data; run "
-                "again with caching off (tfrecord-suite submit --no-caching, or 'enable caching' "
-                "unticked in the Kubeflow UI)"
-            )
-        result = registry.publish(
-            staged_uri,
-            dataset_name,
-            bump,
-            producer={
-                "image": running_image(),
-                "pipeline_run_id": PodInfo.from_env().run_id or None,
-            },
-            append=publish_mode == "append",
-        )
-    return _describe_version(
-        registry, dataset_name, result.version, result.uri, result.manifest, dataset, card,
-        created=result.created,
-    )  # fmt: skip
-
-
-def resolve_task(*, dataset_ref: str, dataset: Any, card: Any) -> tuple[str, str]:
-    """Resolve ``dataset_ref`` (an alias, a partial or an exact version); describe the version.
-
-    ``dataset`` gets the metadata and files the version step gives the version it publishes,
-    so every step downstream of either reads the same artifact.
-
-    Returns:
-        The exact version reference and the version's content digest.
-
-    """
-    from tfrecord_suite.registry.datasets import Registry, RegistryError
-
-    _setup_logging()
-    with _final_on_bad_input("resolve_dataset", RegistryError):
-        registry, name, version = Registry.resolve_ref(dataset_ref)
-    _LOG.info("%s is %s@%s", dataset_ref, name, version)
-    return _describe_version(
-        registry, name, str(version), registry.version_dir(name, version),
-        registry.manifest(name, version), dataset, card,
-    )  # fmt: skip
-
-
-def _describe_version(
-    registry: Any,
-    name: str,
-    version: str,
-    uri: str,
-    m: Any,
-    dataset: Any,
-    card: Any,
-    created: bool | None = None,
-) -> tuple[str, str]:
-    """Describe dataset version ``name@version`` (manifest ``m``) in ``dataset`` and ``card``.
-
-    The metadata carries the version's exact reference, folder, content digest and counts;
-    ``dataset.path`` gets a copy of the manifest and the card for Kubeflow to keep.
-
-    Returns:
-        The exact version reference and the content digest.
-
-    """
-    from tfrecord_suite.registry.card import dataset_card
-
-    ref = f"{storage.join(registry.root, name)}@{version}"
-    describe(
-        dataset,
-        {
-            "name": name,
-            "version": version,
-            "ref": ref,
-            "version_uri": uri,
-            "digest": m.content_digest,
-            "created": created,  # None (left out) where this step did not publish it
-            "records": m.totals["records"],
-            "splits": {k: v["records"] for k, v in m.splits.items()},
-            "parent": m.parent,  # None (left out) for a dataset's first version
-        },
-    )
-    parent = registry.manifest(name, m.parent) if m.parent else None
-    card_text = dataset_card(m, parent)
-    _write_markdown(card, card_text)
-    storage.write_text(storage.join(dataset.path, "manifest.json"), m.to_json())
-    storage.write_text(storage.join(dataset.path, "card.md"), card_text)
-    return ref, m.content_digest
-
-
-def train_task(
+def train_step(
     *,
     dataset_ref: str,
     dataset_digest: str,
@@ -364,7 +76,7 @@ def train_task(
     from tfrecord_suite.launch.train_step import cluster_input_service, launching, train_in_job
     from tfrecord_suite.train.trainer import TrainConfig, copy_model_outputs
 
-    _setup_logging()
+    setup_logging()
     _check_train_inputs(dataset_ref, dataset_digest, workers)
     config = TrainConfig(
         dataset=dataset_ref,
@@ -380,7 +92,7 @@ def train_task(
     )
     where = _placement(placement, launcher)
     with contextlib.ExitStack() as stack:
-        with _final_on_bad_input("train"):  # refused before anything is created
+        with final_on_bad_input("train"):  # refused before anything is created
             launch = stack.enter_context(
                 launching(config, workers, where, model.uri,
                           data_service_image or running_images().component)
@@ -389,7 +101,7 @@ def train_task(
         if launch is None or not launch.kinds:
             from tfrecord_suite.train.trainer import run_train
 
-            with _final_on_bad_input("train"):  # a bad feature config or model function
+            with final_on_bad_input("train"):  # a bad feature config or model function
                 result = run_train(config)
         else:
             image = trainer_image or running_images().trainer(where.accelerator_resource)
@@ -403,7 +115,7 @@ def _check_train_inputs(dataset_ref: str, dataset_digest: str, workers: int) -> 
     from tfrecord_suite.registry.datasets import resolve_dataset
     from tfrecord_suite.train.trainer import TrainError
 
-    with _final_on_bad_input("train", TrainError):
+    with final_on_bad_input("train", TrainError):
         if workers < 1:
             raise UserError(f"workers must be at least 1, got {workers}")
         if dataset_digest:
@@ -422,7 +134,7 @@ def _placement(text: str, launcher: str = "") -> Any:
 
     where = Placement.from_json(text)
     if launcher and launcher != where.launcher:
-        with _final_on_bad_input("train"):
+        with final_on_bad_input("train"):
             where = dataclasses.replace(where, launcher=launcher)
     return where
 
@@ -457,7 +169,7 @@ def _fill_train_artifacts(
         classification_metrics.log_confusion_matrix(check["classes"], check["confusion_matrix"])
     from tfrecord_suite.train.report import REPORT_MD
 
-    _write_markdown(report, storage.read_text(storage.join(model.path, REPORT_MD)))
+    write_markdown(report, storage.read_text(storage.join(model.path, REPORT_MD)))
 
 
 def export_dir(model: Any) -> str:
@@ -470,7 +182,7 @@ def _count(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def report_task(
+def report_step(
     *,
     dataset: Any,
     model: Any,
@@ -481,7 +193,7 @@ def report_task(
 ) -> str:
     """A closing Markdown summary: where the dataset version, the model and the metrics are.
 
-    The metrics are the train step's own (:func:`~tfrecord_suite.kfp.mlmd.step_metadata`): on
+    The metrics are the train step's own (:func:`~tfrecord_suite.steps.mlmd.step_metadata`): on
     Kubeflow the artifact arrives with the launcher's ``display_name`` and ``store_session_info``
     beside them, which are no metric.
     """
@@ -513,7 +225,7 @@ def report_task(
     ]
     lines += [f"| {code(k)} | {v} |" for k, v in sorted(logged.items())]
     text = "\n".join(lines) + "\n"
-    _write_markdown(summary, text)
+    write_markdown(summary, text)
     return json.dumps(
         {
             "dataset_ref": dataset.metadata.get("ref"),
@@ -583,7 +295,7 @@ def _model_target(dataset: Any, model_registry: str, model_name: str, step: str)
     return model_registry or default_model_registry(ref.root), model_name or ref.dataset
 
 
-def evaluate_task(
+def evaluate_step(
     *,
     dataset: Any,
     model: Any,
@@ -604,7 +316,7 @@ def evaluate_task(
     """
     from tfrecord_suite.train.evaluate import GateConfig, markdown, run_gate
 
-    _setup_logging()
+    setup_logging()
     model_registry, model_name = _model_target(dataset, model_registry, model_name, "evaluate")
     result = run_gate(
         GateConfig(
@@ -634,11 +346,11 @@ def evaluate_task(
             "dataset": result.dataset,
         },
     )
-    _write_markdown(decision, markdown(result))
+    write_markdown(decision, markdown(result))
     return result.decision
 
 
-def register_task(
+def register_step(
     *,
     dataset: Any,
     model: Any,
@@ -654,7 +366,7 @@ def register_task(
     """
     from tfrecord_suite.registry.models import ModelRegistry
 
-    _setup_logging()
+    setup_logging()
     model_registry, model_name = _model_target(dataset, model_registry, model_name, "register")
     ref = dataset_reference(dataset, "register")
     result = ModelRegistry(model_registry).register(
@@ -689,7 +401,7 @@ def register_task(
     return result.version
 
 
-def promote_task(
+def promote_step(
     *, registered: Any, decision: Any, model_registry: str, model_name: str, alias: str
 ) -> int:
     """Move ``alias`` to the registered model, only if it still points to the baseline evaluated.
@@ -701,7 +413,7 @@ def promote_task(
     """
     from tfrecord_suite.registry.models import ModelRegistry
 
-    _setup_logging()
+    setup_logging()
     model_registry = model_registry or registered.metadata["model_registry"]
     model_name = model_name or registered.metadata["model"]
     baseline = decision.metadata.get("baseline_version")

@@ -8,8 +8,8 @@ worker, and a worker restarted by its StatefulSet comes back under its name, whi
 epoch go on); a PodDisruptionBudget that lets a drain take one worker at a time; and a
 NetworkPolicy that admits only the service's own pods and its clients to its ports (the servers
 have no authentication): a run's service, only that run's trainers
-(:func:`~tfrecord_suite.launch.job.run_trainers`); a shared one, every trainer pod of its
-namespace (:data:`~tfrecord_suite.launch.job.TRAINER_LABELS`).
+(:func:`~tfrecord_suite.launch.kube.run_trainers`); a shared one, every trainer pod of its
+namespace (:data:`~tfrecord_suite.launch.kube.TRAINER_LABELS`).
 
 The pods run under a named service account with no API token mounted, as non-root with no
 capabilities, a read-only root filesystem (``/tmp`` is an emptyDir) and the runtime's seccomp
@@ -33,7 +33,7 @@ from typing import Any
 
 from tfrecord_suite import flags
 from tfrecord_suite.launch.credentials import Credentials
-from tfrecord_suite.launch.job import (
+from tfrecord_suite.launch.kube import (
     NO_SIDECAR,
     RUN_LABEL,
     TRAINER_LABELS,
@@ -124,8 +124,8 @@ def objects(
         credentials: Secrets the pods get (image pull Secrets; the storage Secret, workers
             only: the dispatcher reads no data).
         clients: Label selectors of the pods the NetworkPolicy admits besides the service's
-            own: a run's trainers (:func:`~tfrecord_suite.launch.job.run_trainers`); None:
-            every trainer pod of the namespace (:data:`~tfrecord_suite.launch.job.TRAINER_LABELS`,
+            own: a run's trainers (:func:`~tfrecord_suite.launch.kube.run_trainers`); None:
+            every trainer pod of the namespace (:data:`~tfrecord_suite.launch.kube.TRAINER_LABELS`,
             a long-lived service shared by every run).
         worker_requests: CPU and/or memory each worker requests instead of
             :data:`WORKER_RESOURCES`' (the train step's ``--service-cpu-request`` and
@@ -404,7 +404,7 @@ class DataServiceLauncher:
         """The dispatcher's address while the service ``name`` runs; deleted on leaving.
 
         Only the pods of ``clients`` (label selectors; by default the trainers of ``run_id``,
-        :func:`~tfrecord_suite.launch.job.run_trainers`) and the service's own reach it. With
+        :func:`~tfrecord_suite.launch.kube.run_trainers`) and the service's own reach it. With
         ``stage``, each worker stages its share of that version's shards first (:func:`objects`),
         and the pods are ready once they have.
 

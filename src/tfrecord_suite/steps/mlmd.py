@@ -14,7 +14,7 @@ would. (What a downstream step then reads back differs too: numbers come back as
 booleans as 1.0 or 0.0, lists and structs wrapped; ``tests/fakes/launcher.py`` plays that.)
 tests/integration/test_kfp.py checks this rule against KFP 2.17.0's own launcher.
 
-Kept free of kfp: :mod:`tfrecord_suite.kfp.tasks` and the tests use it.
+Kept free of kfp: :mod:`tfrecord_suite.steps` and the tests use it.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from typing import Any
 from tfrecord_suite import podinfo
 from tfrecord_suite.images import IMAGE_UID
 from tfrecord_suite.kfp.components import Components, build_components
-from tfrecord_suite.kfp.placement import Deployment, apply_placement
-from tfrecord_suite.launch.job import TRAINER_LABELS
+from tfrecord_suite.kfp.task_placement import Deployment, apply_placement
+from tfrecord_suite.launch.kube import TRAINER_LABELS
 from tfrecord_suite.launch.placement import Placement
 
 
