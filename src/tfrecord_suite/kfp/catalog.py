@@ -1,12 +1,11 @@
 """``components/``: every component's compiled spec and README, generated from one source.
 
-The source of truth is the component function (its signature and docstring, compiled by kfp
-into the spec with a description on every input and output), its :data:`~.step_policies.STEPS` policy,
+The source of truth is the component function (its signature and docstring, compiled by kfp into
+the spec with a description on every input and output), its policy (:data:`~.step_policies.STEPS`),
 and the ``metadata.yaml`` and ``OWNERS`` in its folder (kubeflow/pipelines-components' shape),
 written by hand. The folders are laid out as pipelines-components lays out its own,
-``components/<category>/<name>/`` (:data:`CATEGORIES`), so that its tools find them.
-``make components`` (``tfrecord-suite components``) writes, for each component on the default
-images:
+``components/<category>/<name>/`` (:data:`CATEGORIES`), so that its tools find them. ``make
+components`` (``tfrecord-suite components``) writes, for each component on the default images:
 
 * ``component.yaml``: the compiled spec, for ``kfp.components.load_component_from_file`` or
   ``_from_url`` (what ``tfrecord_suite.components`` builds, step preamble included);

@@ -2,7 +2,8 @@
 
 Component functions only (each body imports one function of
 :mod:`tfrecord_suite.steps.training` and calls it);
-:func:`tfrecord_suite.kfp.components.build_components` gives them images. Their docstrings are the components' documentation (see :mod:`.data`).
+:func:`tfrecord_suite.kfp.components.build_components` gives them images. Their docstrings are
+the components' documentation (see :mod:`.data`).
 """
 
 from kfp.dsl import ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
