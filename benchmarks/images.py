@@ -77,7 +77,8 @@ class ImageVariants:
         import tensorflow as tf
 
         from tfrecord_suite.registry.datasets import shard_uris
-        from tfrecord_suite.train.reader import ReaderConfig, dataset_options
+        from tfrecord_suite.train.reader import dataset_options
+        from tfrecord_suite.train.reader_config import ReaderConfig
 
         manifest = version["manifest"]
         self.manifest = manifest
@@ -153,7 +154,7 @@ class ImageVariants:
 
         ``shard_resized``: the same images resized to 224 at shard time, read by the reader.
         """
-        from tfrecord_suite.train.reader import ImageFeed
+        from tfrecord_suite.train.feature_decoder import ImageFeed
 
         side = int(self.manifest.statistics["train"]["features"]["image_height"]["max"])
         # ImageNet's training crop: resized to 256 (stored so, or by the model), a random 224

@@ -73,12 +73,8 @@ class ReadVariants:
 
         from tfrecord_suite.registry.datasets import shard_uris
         from tfrecord_suite.schema import parse_spec
-        from tfrecord_suite.train.reader import (
-            ReaderConfig,
-            block_and_window,
-            dataset_options,
-            estimate_record_bytes,
-        )
+        from tfrecord_suite.train.reader import block_and_window, dataset_options, estimate_record_bytes
+        from tfrecord_suite.train.reader_config import ReaderConfig
 
         manifest = version["manifest"]
         self.uri = version["uri"]
@@ -161,7 +157,7 @@ class ReadVariants:
 
         Isolates what finishing the parsed features costs beside parsing them.
         """
-        from tfrecord_suite.train.reader import FeatureDecoder
+        from tfrecord_suite.train.feature_decoder import FeatureDecoder
 
         return self._windows_parsed(FeatureDecoder(self.schema, None, self.reader_config), take)
 

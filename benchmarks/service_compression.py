@@ -158,7 +158,8 @@ def photos_version(root: str, per_class: int) -> tuple[list[str], Any, dict[str,
 def _service_dataset(files: list[str], schema: Any, stats: dict, address: str, mode: Any,
                      repeat: bool) -> Any:  # fmt: skip
     """The suite's reader of decoded images through the service at ``address``."""
-    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+    from tfrecord_suite.train.reader import make_dataset
+    from tfrecord_suite.train.reader_config import ReaderConfig
 
     config = ReaderConfig(batch_size=BATCH, repeat=repeat, image_size=SIZE,
                           service_compression="AUTO" if mode else "none")  # fmt: skip

@@ -31,7 +31,8 @@ def train_measurements(version: dict, batch_size: int, steps: int) -> dict[str, 
     ``steps`` training steps are measured on each input, in 15 alternating chunks.
     """
     from tfrecord_suite.registry.datasets import shard_uris
-    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+    from tfrecord_suite.train.reader import make_dataset
+    from tfrecord_suite.train.reader_config import ReaderConfig
 
     manifest, uri = version["manifest"], version["uri"]
     files = shard_uris(manifest, uri, "train")

@@ -40,7 +40,7 @@ from tfrecord_suite.pipelines import PIPELINES, compiled_path, module  # noqa: E
 CONFIGS = {
     "tfrecord_suite.shard.step.ShardConfig": "`tfrecord-suite shard`, the shard component",
     "tfrecord_suite.train.trainer.TrainConfig": "`tfrecord-suite train`, the train component",
-    "tfrecord_suite.train.reader.ReaderConfig": "the reader inside TrainConfig (flat flags)",
+    "tfrecord_suite.train.reader_config.ReaderConfig": "the reader inside TrainConfig (flat flags)",
     "tfrecord_suite.train.evaluate.GateConfig": "the evaluate component",
     "tfrecord_suite.launch.placement.Placement": "`compile`, `submit`, `retrain`: the train "
     "step's hardware",

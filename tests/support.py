@@ -77,7 +77,7 @@ def s3_env(env: dict[str, str]) -> contextlib.AbstractContextManager[None]:
 def unsized_reader(**fields: Any) -> Any:
     """A ReaderConfig whose layout reads no file to size itself (blocks and windows given, no
     shuffle): for checks of the layout on paths that do not exist."""
-    from tfrecord_suite.train.reader import ReaderConfig
+    from tfrecord_suite.train.reader_config import ReaderConfig
 
     return ReaderConfig(**{"block_length": 1, "parse_window": 8, "shuffle_buffer": 0, **fields})
 

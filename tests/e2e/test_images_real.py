@@ -365,7 +365,8 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path,
     from fakes import manifests
     from tfrecord_suite.registry.datasets import Registry
     from tfrecord_suite.shard.step import ShardConfig, run_shard
-    from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
+    from tfrecord_suite.train.reader import dataset_for_split
+    from tfrecord_suite.train.reader_config import ReaderConfig
 
     data = tmp_path / "data"
     csv = write_csv(str(tmp_path / "rows.csv"), ["id", "label"],

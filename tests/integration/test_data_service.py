@@ -15,7 +15,8 @@ from support import multi_worker_train, write_csv
 from tfrecord_suite.registry.datasets import Registry, shard_uris
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard.step import ShardConfig, run_shard
-from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split, make_dataset
+from tfrecord_suite.train.reader import dataset_for_split, make_dataset
+from tfrecord_suite.train.reader_config import ReaderConfig
 from tfrecord_suite.train.service import LocalDataService
 from tfrecord_suite.train.trainer import TrainConfig, run_train
 

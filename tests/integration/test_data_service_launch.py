@@ -32,7 +32,8 @@ from tfrecord_suite.launch.kube import JobError
 from tfrecord_suite.launch.lease import lease_name
 from tfrecord_suite.registry.datasets import Registry
 from tfrecord_suite.shard.step import ShardConfig, run_shard
-from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
+from tfrecord_suite.train.reader import dataset_for_split
+from tfrecord_suite.train.reader_config import ReaderConfig
 from tfrecord_suite.train.trainer import TrainConfig, served_input
 
 K8S = os.path.join(os.path.dirname(__file__), "..", "..", "k8s")

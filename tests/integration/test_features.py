@@ -221,7 +221,8 @@ def test_train_and_serve_give_the_same_predictions(published_penguins, tmp_path)
 
     from tfrecord_suite.registry.datasets import shard_uris
     from tfrecord_suite.registry.manifest import Manifest
-    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+    from tfrecord_suite.train.reader import make_dataset
+    from tfrecord_suite.train.reader_config import ReaderConfig
     from tfrecord_suite.train.trainer import TrainConfig, run_train
 
     config = {

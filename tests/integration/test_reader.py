@@ -8,7 +8,8 @@ import pytest
 from tfrecord_suite.registry.datasets import Registry, shard_uris
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard.step import ShardConfig, run_shard
-from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split, make_dataset
+from tfrecord_suite.train.reader import dataset_for_split, make_dataset
+from tfrecord_suite.train.reader_config import ReaderConfig
 
 
 @pytest.fixture(scope="module")

@@ -190,7 +190,8 @@ def test_reader_stages_s3_shards_and_deletes_each_copy_once_read(tmp_path, s3_bu
     import tensorflow as tf
 
     from tfrecord_suite.schema import Schema
-    from tfrecord_suite.train.reader import ReaderConfig, make_dataset
+    from tfrecord_suite.train.reader import make_dataset
+    from tfrecord_suite.train.reader_config import ReaderConfig
 
     local = make_staged(str(tmp_path / "s"), n=400, num_shards=4)
     reg = Registry(f"{s3_bucket}/registry")

@@ -25,7 +25,7 @@ from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name
 from tfrecord_suite.launch.kube import JobCancelled, JobError
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob, render_tfjob
-from tfrecord_suite.train.reader import ReaderConfig
+from tfrecord_suite.train.reader_config import ReaderConfig
 from tfrecord_suite.train.trainer import TrainConfig
 
 GPU = Placement(accelerator_type="nvidia-l4", accelerator_count=2, shm_size="16Gi", launch_job=True)

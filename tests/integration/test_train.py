@@ -13,7 +13,7 @@ import pytest
 from support import multi_worker_train
 
 from tfrecord_suite.registry.datasets import shard_uri
-from tfrecord_suite.train.reader import ReaderConfig
+from tfrecord_suite.train.reader_config import ReaderConfig
 from tfrecord_suite.train.trainer import TrainConfig, TrainError, run_train
 
 CLI = [sys.executable, "-m", "tfrecord_suite.cli"]

@@ -189,7 +189,7 @@ def test_train_flags_stay_flat_over_the_nested_reader_config():
 
     from tfrecord_suite.cli import options
     from tfrecord_suite.cli.main import main
-    from tfrecord_suite.train.reader import ReaderConfig
+    from tfrecord_suite.train.reader_config import ReaderConfig
     from tfrecord_suite.train.trainer import TrainConfig
 
     text = CliRunner().invoke(main, ["train", "--help"], terminal_width=200).output

@@ -8,7 +8,7 @@ import pytest
 from support import unsized_reader
 
 from tfrecord_suite.errors import UserError
-from tfrecord_suite.train.reader import ReaderConfig
+from tfrecord_suite.train.reader_config import ReaderConfig
 from tfrecord_suite.train.service import InputService, StallWatchdog, check_files_per_worker
 from tfrecord_suite.train.trainer import TrainConfig
 

@@ -41,7 +41,7 @@ def test_s3_checksums_compare_with_gcs_md5s_and_name_multipart_etags():
 
 
 def test_the_reader_stages_only_what_tensorflow_cannot_open():
-    from tfrecord_suite.train.reader import ReaderConfig
+    from tfrecord_suite.train.reader_config import ReaderConfig
 
     s3, gs, local = ["s3://b/a.tfrecord"], ["gs://b/a.tfrecord"], ["/d/a.tfrecord"]
     auto = ReaderConfig()

@@ -492,7 +492,7 @@ def image_feed(config: FeatureConfig, preprocessor: Any = None) -> Any:
     the crops). Image datasets have no other inputs; with others there is no such transform and
     the reader does not fuse.
     """
-    from tfrecord_suite.train.reader import ImageFeed
+    from tfrecord_suite.train.feature_decoder import ImageFeed
 
     image = config.image or Image()
     feed = ImageFeed(resize=image.resize, crop=image.augment.crop)

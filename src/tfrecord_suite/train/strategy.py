@@ -196,3 +196,33 @@ def _tpu_available(tpu: str | None) -> bool:
     except (ValueError, RuntimeError):
         return False
     return True
+
+
+def patch_keras_for_multi_worker(model: Any, strategy: Any, local_dataset: Any) -> None:
+    """Work around two Keras 3 bugs with MultiWorkerMirroredStrategy (seen with Keras 3.15).
+
+    1. Keras builds a model under a strategy by reducing the first *distributed* batch across
+       replicas (``strategy.reduce("MEAN", batch)``); the collective reduce cannot take a dict of
+       features. We build model, metrics and optimizer from one local batch instead and make the
+       per-``fit`` build a no-op (everything it would build exists by then).
+    2. Keras reduces each step's scalar logs with ``strategy.reduce("MEAN", v, axis=0)``, which
+       fails on rank-0 tensors. The logs are already synchronized metric values, so giving them a
+       leading axis of 1 makes that reduce a correct no-op.
+    """
+    import tensorflow as tf
+
+    batch = next(iter(local_dataset))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+    model._maybe_symbolic_build = lambda *args, **kwargs: None
+
+    def with_axis(step: Any) -> Any:
+        def wrapped(data: Any) -> Any:
+            return {k: tf.reshape(v, [-1]) for k, v in step(data).items()}
+
+        return wrapped
+
+    model.train_step = with_axis(model.train_step)
+    model.test_step = with_axis(model.test_step)

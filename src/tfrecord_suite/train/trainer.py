@@ -27,8 +27,12 @@ from tfrecord_suite.schema import Schema
 from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
+from tfrecord_suite.train.feature_decoder import FeatureDecoder, ImageFeed
+from tfrecord_suite.train.input_probe import input_wait_probe
 from tfrecord_suite.train.metrics import METRICS_FILE, TrainMetrics
-from tfrecord_suite.train.reader import FeatureDecoder, ImageFeed, ReaderConfig, make_dataset
+from tfrecord_suite.train.reader import make_dataset
+from tfrecord_suite.train.reader_config import ReaderConfig
+from tfrecord_suite.train.saved_model import export_serving_model
 from tfrecord_suite.train.served import ShareOptions
 from tfrecord_suite.train.service import (
     InputService,
@@ -480,7 +484,7 @@ def _build_model(config: TrainConfig, data: _Input) -> _Model:
     with data.strategy.scope():
         built.model = build(ctx)
     if isinstance(data.strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        _patch_for_multi_worker(
+        strategy_lib.patch_keras_for_multi_worker(
             built.model,
             data.strategy,
             make_dataset(
@@ -679,36 +683,6 @@ def _export(data: _Input, built: _Model, model_dir: str, chief: bool) -> str:
     return export_dir
 
 
-def _patch_for_multi_worker(model: Any, strategy: Any, local_dataset: Any) -> None:
-    """Work around two Keras 3 bugs with MultiWorkerMirroredStrategy (seen with Keras 3.15).
-
-    1. Keras builds a model under a strategy by reducing the first *distributed* batch across
-       replicas (``strategy.reduce("MEAN", batch)``); the collective reduce cannot take a dict of
-       features. We build model, metrics and optimizer from one local batch instead and make the
-       per-``fit`` build a no-op (everything it would build exists by then).
-    2. Keras reduces each step's scalar logs with ``strategy.reduce("MEAN", v, axis=0)``, which
-       fails on rank-0 tensors. The logs are already synchronized metric values, so giving them a
-       leading axis of 1 makes that reduce a correct no-op.
-    """
-    import tensorflow as tf
-
-    batch = next(iter(local_dataset))
-    with strategy.scope():
-        model._symbolic_build(data_batch=batch)
-        if model.optimizer is not None and not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-    model._maybe_symbolic_build = lambda *args, **kwargs: None
-
-    def with_axis(step: Any) -> Any:
-        def wrapped(data: Any) -> Any:
-            return {k: tf.reshape(v, [-1]) for k, v in step(data).items()}
-
-        return wrapped
-
-    model.train_step = with_axis(model.train_step)
-    model.test_step = with_axis(model.test_step)
-
-
 def weights_digest(model: Any) -> str:
     """SHA-256 over every weight of the model: equal on workers that trained in sync."""
     import hashlib
@@ -761,103 +735,3 @@ def _profile_range(spec: str) -> Any:
         return 0
     start, _, stop = spec.partition(",")
     return (int(start), int(stop or start))
-
-
-def export_serving_model(
-    model: Any, decoder: FeatureDecoder, schema: Schema, path: str, preprocessor: Any = None
-) -> None:
-    """Export a SavedModel whose ``serving_default`` takes serialized ``tf.Example``s.
-
-    With a ``preprocessor`` (the feature-config transforms) the signature runs it in front of the
-    model, exactly as the training input pipeline did.
-    """
-    import keras
-    import tensorflow as tf
-
-    from tfrecord_suite.train import features
-
-    classes = tf.constant(schema.label_classes or [""])
-    transform = features.transform_fn(preprocessor) if preprocessor is not None else None
-
-    def serve(examples: Any) -> Any:
-        parsed = tf.io.parse_example(examples, decoder.serving_spec)
-        inputs = decoder.features(parsed)
-        if transform is not None:
-            inputs = transform(inputs)
-        out = model(inputs, training=False)
-        if schema.label_classes:
-            class_id = tf.argmax(out, axis=-1)
-            return {
-                "probabilities": out,
-                "class_id": class_id,
-                "class_name": tf.gather(classes, class_id),
-            }
-        return {"prediction": out}
-
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    if preprocessor is not None:
-        archive.track(preprocessor)
-    archive.add_endpoint(
-        "serving_default",
-        serve,
-        input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
-    )
-    archive.write_out(path, verbose=False)
-
-
-def input_wait_probe(
-    model: Any,
-    files: list[str],
-    schema: Schema,
-    statistics: dict,
-    reader: ReaderConfig,
-    compression: str,
-    steps: int,
-    transform: Any = None,
-    image: ImageFeed | None = None,
-) -> dict[str, Any]:
-    """Share of step time spent waiting for input, measured over ``steps`` training steps.
-
-    Times ``next()`` on the real pipeline (waiting for input; prefetch hides it when the input
-    keeps up) separately from ``train_on_batch`` (compute), then the same steps on one cached
-    batch repeated, which is the compute-only ceiling.
-    """
-    import tensorflow as tf
-
-    reader = dataclasses.replace(reader, repeat=True, drop_remainder=True)
-    real = iter(
-        make_dataset(
-            files,
-            schema,
-            reader,
-            statistics=statistics,
-            compression=compression,
-            transform=transform,
-            image=image,
-        )
-    )
-    x, y = next(real)
-    model.train_on_batch(x, y)  # warm-up: traces the step function
-    wait = compute = 0.0
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        x, y = next(real)
-        t1 = time.perf_counter()
-        model.train_on_batch(x, y)
-        compute += time.perf_counter() - t1
-        wait += t1 - t0
-    synthetic = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        xs, ys = next(synthetic)
-        model.train_on_batch(xs, ys)
-    synthetic_seconds = time.perf_counter() - t0
-    real_seconds = wait + compute
-    return {
-        "probe_steps": steps,
-        "input_wait_share": wait / max(real_seconds, 1e-9),
-        "real_step_ms": 1000 * real_seconds / steps,
-        "synthetic_step_ms": 1000 * synthetic_seconds / steps,
-        "real_over_synthetic": real_seconds / max(synthetic_seconds, 1e-9),
-    }
