@@ -69,9 +69,9 @@ def check_wrapper(name: str) -> None:
     assert {n.module for n in imports} <= {*steps, "collections"}, name
     # one call: `task(...)`, `return task(...)`, or `x = task(...)` then `return namedtuple(x)`
     calls = [n for n in rest if isinstance(getattr(n, "value", None), ast.Call)]
-    assert len(rest) <= 2 and calls, f"{name}: the wrapper does more than call its task"
+    assert len(rest) <= 2 and calls, f"{name}: the wrapper does more than call its step"
     first = calls[0].value.func
-    assert isinstance(first, ast.Name) and first.id.endswith("_task"), name
+    assert isinstance(first, ast.Name) and first.id.endswith("_step"), name
 
 
 #: kubeflow/pipelines-components scripts/validate_metadata/validate_metadata.py, its rules
