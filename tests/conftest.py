@@ -227,15 +227,15 @@ def k8s(tmp_path_factory):
     admission plugins, kube-controller-manager, kube-scheduler; tests/realparts/controlplane.py),
     with the pinned job-API CRDs installed. Built by ``make real-parts`` (``make test`` does);
     where it is not built the tests skip and say so, under CI they fail."""
-    from realparts import controlplane
+    from realparts import controlplane, parts
 
-    missing = [p for p in ("kubernetes", "etcd", "crds") if controlplane.built(p) is None]
+    missing = [p for p in ("kubernetes", "etcd", "crds") if parts.built(p) is None]
     if missing:
         unavailable(f"real parts not built ({', '.join(missing)}): run `make real-parts`")
     plane = controlplane.start(
         tmp_path_factory.mktemp("k8s"),
-        controlplane.built("kubernetes"),
-        controlplane.built("etcd"),
+        parts.built("kubernetes"),
+        parts.built("etcd"),
     )
     try:
         controlplane.install_crds(plane)

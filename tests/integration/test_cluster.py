@@ -144,9 +144,9 @@ def test_the_node_is_the_pinned_release_on_containerd(one_node_cluster):
     """The kubelet and containerd that joined are the pinned builds."""
     from kubernetes import client
 
-    from realparts import controlplane
+    from realparts import parts
 
-    pins = controlplane.versions()
+    pins = parts.versions()
     (node,) = client.CoreV1Api(one_node_cluster.api_client()).list_node().items
     info = node.status.node_info
     assert info.kubelet_version == pins["KUBERNETES_VERSION"]

@@ -713,12 +713,12 @@ def test_a_killed_launcher_leaves_nothing_past_its_lease(installed, tmp_path):
 def quota_limited_plane(tmp_path_factory):
     """A second control plane whose API server runs with k8s/priority/admission-config.yaml,
     as the opt-in asks an administrator to start it."""
-    from realparts import controlplane
+    from realparts import controlplane, parts
 
     plane = controlplane.start(
         tmp_path_factory.mktemp("k8s-priority"),
-        controlplane.built("kubernetes"),
-        controlplane.built("etcd"),
+        parts.built("kubernetes"),
+        parts.built("etcd"),
         extra_args={"kube-apiserver": [
             f"--admission-control-config-file={K8S / 'priority' / 'admission-config.yaml'}"]},
     )  # fmt: skip

@@ -153,13 +153,13 @@ def test_the_walk_installs_the_trainer_release_the_cluster_runs():
     """The Trainer the walk installs is the release the one-node cluster runs, from that
     release's own ``manifests/overlays/manager``, and no older than the minimum the page
     names for TrainJobs."""
-    from realparts import controlplane
+    from realparts import parts
 
     text = "".join(walk_blocks())
     (ref,) = re.findall(
         r"github\.com/kubeflow/trainer\.git/manifests/overlays/manager\?ref=(\S+?)\"", text
     )
-    assert ref == controlplane.versions()["TRAINER_VERSION"]
+    assert ref == parts.versions()["TRAINER_VERSION"]
     page = open(os.path.join(test_docs.ROOT, PAGE)).read()
     minimum = re.search(r"^\| Kubeflow Trainer \| \*\*v([\d.]+)\*\*", page, re.M)[1]
     as_tuple = [int(p) for p in ref.lstrip("v").split(".")]

@@ -335,14 +335,12 @@ class OlderCluster:
 
 @pytest.fixture(scope="module")
 def older_cluster(k8s, tmp_path_factory):
-    from realparts import controlplane
+    from realparts import controlplane, parts
 
-    if controlplane.built("crds-old") is None:
+    if parts.built("crds-old") is None:
         unavailable("real parts not built (crds-old): run `make real-parts`")
     work = tmp_path_factory.mktemp("k8s-older")
-    plane = controlplane.start(
-        work / "plane", controlplane.built("kubernetes"), controlplane.built("etcd")
-    )
+    plane = controlplane.start(work / "plane", parts.built("kubernetes"), parts.built("etcd"))
     try:
         yield OlderCluster(plane, work / "kubeconfig")
     finally:

@@ -52,6 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from realparts.certificates import CertificateAuthority
 from realparts.processes import free_port
 from realparts.standins import STAND_IN, write_pod_status
 
@@ -253,11 +254,7 @@ class LocalOperator:
 
     def _serving_certificate(self) -> tuple[Path, Path]:
         """A serving certificate for 127.0.0.1 from the control plane's CA, as a kubelet's."""
-        from realparts import controlplane
-
-        ca = controlplane._CA.load(
-            self.plane.ca_file.read_bytes(), (self.plane.workdir / "ca.key").read_bytes()
-        )
+        ca = CertificateAuthority.read(self.plane.ca_file, self.plane.workdir / "ca.key")
         cert, key = ca.issue(self.node, hosts=("127.0.0.1",), server=True)
         cert_path, key_path = self.log_dir / f"{self.node}.crt", self.log_dir / f"{self.node}.key"
         cert_path.write_bytes(cert)
