@@ -23,6 +23,8 @@ from support import (
     unavailable,
 )
 
+from realparts.processes import WaitError, wait_for
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -103,18 +105,21 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+    def answers() -> bool:
+        with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
+            return True
+
     try:
-        deadline = time.monotonic() + 20
-        while True:
+        try:
+            wait_for(answers, 20, "fake-gcs-server", alive=lambda: process.poll() is None,
+                     interval=0.1)  # fmt: skip
+        except WaitError:
             if process.poll() is not None:
-                raise RuntimeError(f"fake-gcs-server exited: {log_path.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                raise RuntimeError(
+                    f"fake-gcs-server exited: {log_path.read_text()[-2000:]}"
+                ) from None
+            raise
         yield url
     finally:
         stop_process(process, timeout=5)

@@ -6,10 +6,11 @@ Marker ``cluster``: ``make test-cluster`` runs these."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
+
+from realparts.processes import WaitError, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -26,13 +27,17 @@ def _restricted() -> dict[str, Any]:
 
 def wait_pod(core: Any, namespace: str, name: str, phases: set[str], timeout: float = 180) -> Any:
     """Wait until the pod reaches one of ``phases``; fail with its state and events if not."""
-    deadline = time.monotonic() + timeout
     pod = None
-    while time.monotonic() < deadline:
+
+    def reached() -> Any:
+        nonlocal pod
         pod = core.read_namespaced_pod(name, namespace)
-        if pod.status.phase in phases:
-            return pod
-        time.sleep(1)
+        return pod if pod.status.phase in phases else None
+
+    try:
+        return wait_for(reached, timeout, f"pod {namespace}/{name}", interval=1)
+    except WaitError:
+        pass
     events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
     raise AssertionError(
         f"pod {namespace}/{name} is {pod and pod.status.phase}, not {phases}:\n"

@@ -28,7 +28,7 @@ import yaml
 
 from fakes.pod_security import kubeflow_profile_labels
 from realparts import standins
-from realparts.processes import wait_for
+from realparts.processes import WaitError, wait_for
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.data_service import DataServiceLauncher, objects
 from tfrecord_suite.launch.job import JobConfig, JobError, JobLauncher, job_name
@@ -581,19 +581,22 @@ def _schedule(k8s, namespace: str, name: str, containers: list[dict], timeout=60
         },
     }  # fmt: skip
     core.create_namespaced_pod(namespace, pod)
-    reason = ""
+
+    def placed_or_refused() -> tuple[str] | None:
+        """``("",)`` once the pod is bound, ``(why,)`` once it is refused; None until then."""
+        got = core.read_namespaced_pod(name, namespace)
+        if got.spec.node_name:
+            return ("",)
+        reason = ""
+        for condition in got.status.conditions or []:
+            if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+                reason = condition.message
+        return (reason,) if reason else None
+
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = core.read_namespaced_pod(name, namespace)
-            if got.spec.node_name:
-                return ""
-            for condition in got.status.conditions or []:
-                if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
-                    reason = condition.message
-            if reason:
-                return reason
-            time.sleep(0.2)
+        (reason,) = wait_for(placed_or_refused, timeout, f"pod {name} placed", interval=0.2)
+        return reason
+    except WaitError:
         return f"not scheduled within {timeout:.0f} s"
     finally:
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import threading
-import time
 from typing import Any
+
+from realparts.processes import WaitError, wait_for
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 #: The label of what a stand-in made (a volume) or runs (a pod).
@@ -124,17 +125,18 @@ class Kubelet:
         self._thread.join(timeout=10)
         # finish what is being deleted: a pod left Terminating would hold its node's resources
         # for the rest of the session
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            dying = [p for p in self._pods() if p.metadata.deletion_timestamp and p.spec.node_name]
-            if not dying:
-                return
-            for pod in dying:
-                with contextlib.suppress(Exception):
-                    self.core.delete_namespaced_pod(
-                        pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
-                    )
-            time.sleep(self.interval)
+        with contextlib.suppress(WaitError):  # what is still dying after 30 s is left
+            wait_for(self._finish_dying, 30, "pods being deleted", interval=self.interval)
+
+    def _finish_dying(self) -> bool:
+        """Delete at once the pods being deleted from a node; True where there are none."""
+        dying = [p for p in self._pods() if p.metadata.deletion_timestamp and p.spec.node_name]
+        for pod in dying:
+            with contextlib.suppress(Exception):
+                self.core.delete_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+                )
+        return not dying
 
     def _pods(self) -> list[Any]:
         if self.namespace:
