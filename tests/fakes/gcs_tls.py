@@ -37,10 +37,9 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from support import free_port, stop_process
+from support import free_port, stop_process, wait_for_fake_gcs
 
 from fakes.delayproxy import DelayProxy
-from realparts.processes import WaitError, wait_for
 
 GOOGLE_HOSTS = ("storage.googleapis.com", "www.googleapis.com", "oauth2.googleapis.com")
 
@@ -241,19 +240,8 @@ def local_gcs(folder: str, delay_ms: float = 0.0) -> Iterator[LocalGcs]:
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     http_url = f"http://127.0.0.1:{http_port}"
-
-    def answers() -> bool:
-        with urllib.request.urlopen(f"{http_url}/storage/v1/b", timeout=2):
-            return True
-
     try:
-        try:
-            wait_for(answers, 30, "fake-gcs-server", alive=lambda: process.poll() is None,
-                     interval=0.1)  # fmt: skip
-        except WaitError:
-            if process.poll() is not None:
-                raise RuntimeError(f"fake-gcs-server exited: {open(log).read()[-2000:]}") from None
-            raise
+        wait_for_fake_gcs(http_url, process, lambda: open(log).read(), 30)
         with (
             DelayProxy(("127.0.0.1", https_port), delay_ms, connect=True) as proxy,
             BatchShim(("127.0.0.1", http_port)) as shim,
