@@ -288,9 +288,9 @@ def one_node_cluster():
     """
     import sys
 
-    from cluster import node
+    from cluster import bringup, node
 
-    running = node.Cluster.load()
+    running = bringup.Cluster.load()
     if running is not None and running.pids and all(running.alive().values()):
         yield running
         return
@@ -302,7 +302,7 @@ def one_node_cluster():
             check=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
-        yield node.Cluster.load()
+        yield bringup.Cluster.load()
     finally:
         node.down()
 

@@ -442,7 +442,7 @@ class KfpProfile:
     """Kubeflow Pipelines on the one-node cluster as a user of its profile reaches it.
 
     Attributes:
-        cluster: The cluster (tests/cluster/node.py).
+        cluster: The cluster (tests/cluster/bringup.py).
         host: The API server's URL from this machine.
         ui: The UI's URL from this machine.
         namespace: The profile namespace runs go to.

@@ -1,9 +1,10 @@
 """A one-node Kubernetes cluster on this machine: ``make cluster-up`` / ``make cluster-down``.
 
 Everything is built from published sources by ``tests/realparts/build.sh`` (versions pinned in
-``tests/realparts/versions.env``) and started here, one step after another (:data:`STEPS`, run by
-:func:`up`, which times each, reports it and saves the state after it, as kind's create
-actions do):
+``tests/realparts/versions.env``; ``tests/realparts/parts.py`` finds and builds each part) and
+started here, one step after another (:data:`STEPS`, run by :func:`up` through
+``bringup.run_steps``, which times each, reports it and saves the state after it, as kind's
+create actions do):
 
 * the control plane of ``tests/realparts/controlplane.py`` (etcd, kube-apiserver with RBAC, Node
   authorization and the default admission plugins, kube-controller-manager, kube-scheduler),
@@ -18,10 +19,10 @@ actions do):
 The parts' configuration files are in ``config/`` beside this module, with ``${NAME}``
 placeholders filled in when they are written into the state folder.
 
-State (processes, certificates, kubeconfigs, containerd's images) lives in one folder,
-``$TFRS_CLUSTER_DIR`` (default ``/var/lib/tfrecord-suite/cluster``); ``state.json`` there lets
-another process (a test session, ``cluster-down``) find the running cluster. Every process is
-started in a session of its own and outlives the one that started it.
+The running cluster and its state folder are ``bringup.Cluster`` (``bringup.py``); the
+certificates its parts use are issued by the control plane's CA
+(``tests/realparts/certificates.py``). Every process is started in a session of its own and
+outlives the one that started it.
 """
 
 from __future__ import annotations

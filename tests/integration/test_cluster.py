@@ -165,9 +165,9 @@ def test_the_cluster_outlives_the_process_that_brought_it_up(one_node_cluster):
     fixture brought this cluster up in a process of its own that has ended (as `make
     cluster-up` does), and this test reads it from another: each process is alive and the API
     server answers (it did not when etcd was tied to the process that started it)."""
-    from cluster import node
+    from cluster import bringup, node
 
-    cluster = node.Cluster.load()
+    cluster = bringup.Cluster.load()
     assert cluster is not None
     assert set(cluster.alive()) == set(node.PROCESSES)
     assert all(cluster.alive().values()), cluster.alive()

@@ -188,7 +188,8 @@ def test_the_readme_says_nothing_the_walk_does_not_do():
 def _suite_images() -> str:
     """What stands in for ``images build --push``, as a shell command."""
     code = (
-        "from cluster import kubeflow_pipelines as kfp, node; kfp.suite_images(node.Cluster.load())"
+        "from cluster import bringup, kubeflow_pipelines as kfp; "
+        "kfp.suite_images(bringup.Cluster.load())"
     )
     path = os.pathsep.join(sys.path)
     return f"PYTHONPATH={shlex.quote(path)} {shlex.quote(sys.executable)} -c {shlex.quote(code)}"
