@@ -100,9 +100,9 @@ def _cluster() -> Any:
     if TESTS not in sys.path:
         sys.path.insert(0, TESTS)
     from cluster import kubeflow_pipelines as kfp
-    from cluster import node
+    from cluster.bringup import Cluster
 
-    cluster = node.Cluster.load()
+    cluster = Cluster.load()
     if cluster is None or not cluster.pids or not all(cluster.alive().values()):
         raise UserError(
             "the orchestration part needs the one-node cluster with Kubeflow Pipelines running: "

@@ -73,7 +73,11 @@ class ReadVariants:
 
         from tfrecord_suite.registry.datasets import shard_uris
         from tfrecord_suite.schema import parse_spec
-        from tfrecord_suite.train.reader import block_and_window, dataset_options, estimate_record_bytes
+        from tfrecord_suite.train.reader import (
+            block_and_window,
+            dataset_options,
+            estimate_record_bytes,
+        )
         from tfrecord_suite.train.reader_config import ReaderConfig
 
         manifest = version["manifest"]

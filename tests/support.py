@@ -7,12 +7,15 @@ import contextlib
 import csv
 import os
 import subprocess
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
 # the one copy of it is realparts.processes; tests import it from here too
+from realparts.processes import WaitError, wait_for
 from realparts.processes import free_port as free_port
 
 #: ``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``). The tests of
@@ -42,6 +45,29 @@ def stop_process(process: subprocess.Popen, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def wait_for_fake_gcs(url: str, process: subprocess.Popen, log: Callable[[], str],
+                      timeout: float) -> None:  # fmt: skip
+    """Wait until fake-gcs-server at ``url`` lists its buckets.
+
+    Raises:
+        RuntimeError: The server exited first (its log's end in the message).
+        WaitError: It did not answer within ``timeout`` seconds.
+
+    """
+
+    def answers() -> bool:
+        with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2):
+            return True
+
+    try:
+        wait_for(answers, timeout, "fake-gcs-server", alive=lambda: process.poll() is None,
+                 interval=0.1)  # fmt: skip
+    except WaitError:
+        if process.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited: {log()[-2000:]}") from None
+        raise
 
 
 def stored_job(api_client: Any, kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
@@ -80,6 +106,29 @@ def unsized_reader(**fields: Any) -> Any:
     from tfrecord_suite.train.reader_config import ReaderConfig
 
     return ReaderConfig(**{"block_length": 1, "parse_window": 8, "shuffle_buffer": 0, **fields})
+
+
+def launcher_job_config(placement: Any, service_account: str, **overrides: Any) -> Any:
+    """The job a launcher test renders or runs (a ``JobConfig``): the GPU image training a
+    registered dataset on four workers for run ``run-123``, owned by its step's pod, with
+    ``placement`` and ``service_account`` (TrainJob's and TFJob's tests differ there) and any
+    field of ``overrides`` replaced."""
+    from tfrecord_suite.launch.job import JobConfig
+
+    base = dict(
+        name="tfrs-train-abc",
+        namespace="ml",
+        image="ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0",
+        trainer_args=["--dataset", "gs://b/reg/digits@1.0.0", "--model-dir", "gs://b/m"],
+        workers=4,
+        placement=placement,
+        run_id="run-123",
+        service_account=service_account,
+        owner={"apiVersion": "v1", "kind": "Pod", "name": "train-op-pod", "uid": "u-1"},
+        poll_seconds=0,
+    )
+    base.update(overrides)
+    return JobConfig(**base)
 
 
 def write_csv(path: str, header: list[str], rows: list[list[object]]) -> str:

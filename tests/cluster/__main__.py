@@ -7,6 +7,8 @@ import argparse
 import sys
 
 from cluster import node
+from cluster.bringup import Cluster
+from cluster.host import ClusterError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             node.down()
         else:
-            cluster = node.Cluster.load()
+            cluster = Cluster.load()
             if cluster is None:
                 print("no cluster")
                 return 1
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             print("steps done: " + ", ".join(f"{k} ({v:.0f} s)" for k, v in cluster.steps.items()))
             print(f"KUBECONFIG={cluster.control_plane.admin_kubeconfig}")
             print(cluster.kubectl("get", "nodes,pods", "-A", "-o", "wide", check=False).stdout)
-    except node.ClusterError as exc:
+    except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,19 +5,16 @@ of :func:`node.up`."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 import yaml
 
-from cluster import host, images
-from cluster.host import ClusterError
-from cluster.node import Cluster, Step, part
-from realparts import controlplane
+from cluster import host, images, kubeflow_pipelines
+from cluster.bringup import Cluster, Step
+from cluster.manifests import copy_writable, module_dir, point_at_copy, small_node
+from realparts.parts import ensure_built, versions
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -28,35 +25,8 @@ def steps(trainer: bool, kfp: bool) -> list[Step]:
     if trainer:
         out.append(Step("JobSet and Trainer", install_trainer))
     if kfp:
-        from cluster import kubeflow_pipelines
-
         out += kubeflow_pipelines.steps()
     return out
-
-
-#: The most CPU an add-on's container may request. The node has two CPUs for everything: as
-#: shipped, JobSet's controller asks for 500m and Kubeflow Pipelines' deployments for ~700m
-#: together, which would leave too little for the pods under test to be scheduled. A request
-#: reserves CPU, it does not use or limit it, so capping it changes where pods fit, not how
-#: the add-ons run (their limits stay as shipped).
-ADDON_CPU_REQUEST = "50m"
-
-
-def small_node(stream: str) -> str:
-    """An add-on's manifests with each container's CPU request capped at
-    :data:`ADDON_CPU_REQUEST` (docs/how-to/one-node-cluster.md lists this change)."""
-    import yaml
-    from kubernetes.utils.quantity import parse_quantity
-
-    cap = parse_quantity(ADDON_CPU_REQUEST)
-    documents = [d for d in yaml.safe_load_all(stream) if d]
-    for document in documents:
-        pod = (document.get("spec") or {}).get("template", {}).get("spec", {})
-        for container in [*pod.get("containers", []), *pod.get("initContainers", [])]:
-            requests = (container.get("resources") or {}).get("requests") or {}
-            if "cpu" in requests and parse_quantity(requests["cpu"]) > cap:
-                requests["cpu"] = ADDON_CPU_REQUEST
-    return yaml.safe_dump_all(documents, sort_keys=False)
 
 
 # -------------------------------------------------------------------------------------- DNS
@@ -86,7 +56,7 @@ NETPOL_TABLE = ("inet", "kube-network-policies")
 def network_policy_image() -> str:
     """The engine's image: ours, not upstream's (built from the patched source), tagged with the
     pinned version and the patch's digest."""
-    version = controlplane.versions()["KUBE_NETWORK_POLICIES_VERSION"]
+    version = versions()["KUBE_NETWORK_POLICIES_VERSION"]
     return f"localhost/tfrs-cluster/kube-network-policies:{version}-{images.content_tag(NETPOL)}"
 
 
@@ -101,7 +71,7 @@ def build_network_policy_image() -> str:
     image = network_policy_image()
     if images.exists(image):
         return image
-    version = controlplane.versions()["KUBE_NETWORK_POLICIES_VERSION"]
+    version = versions()["KUBE_NETWORK_POLICIES_VERSION"]
     module = module_dir(f"sigs.k8s.io/kube-network-policies@{version}")
     with tempfile.TemporaryDirectory(prefix="tfrs-netpol-") as tmp:
         source = copy_writable(module, Path(tmp) / "source")
@@ -117,7 +87,7 @@ def build_network_policy_image() -> str:
 def network_policy_manifests(image: str) -> str:
     """Upstream's ``install.yaml`` (kept by build.sh beside the engine), changed only where this
     cluster needs it; each change says why."""
-    source = part("kube-network-policies") / "install.yaml"
+    source = ensure_built("kube-network-policies") / "install.yaml"
     docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
     (daemonset,) = [d for d in docs if d["kind"] == "DaemonSet"]
     pod = daemonset["spec"]["template"]["spec"]
@@ -162,36 +132,6 @@ def install_network_policies(cluster: Cluster) -> None:
 # ---------------------------------------------------------------------------------- Trainer
 
 
-def module_dir(module: str) -> Path:
-    """The folder of a Go module (``path@version``) in Go's module cache, downloaded first."""
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", module],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    ).stdout
-    return Path(json.loads(out)["Dir"])
-
-
-def copy_writable(source: Path, target: Path) -> Path:
-    """Copy a folder out of a read-only cache (Go's modules) so kustomize files can be edited."""
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target)
-    for path in [target, *target.rglob("*")]:
-        path.chmod(path.stat().st_mode | 0o200)
-    return target
-
-
-def point_at_copy(kustomization: Path, remote: str, local: str) -> None:
-    """Replace one remote resource of a kustomization (a GitHub URL, unreachable here) with the
-    local copy of the same files; fail where the kustomization no longer names it."""
-    text = kustomization.read_text()
-    if remote not in text:
-        raise ClusterError(f"{kustomization} no longer names {remote}: see what it installs")
-    kustomization.write_text(text.replace(remote, local))
-
-
 def trainer_manifests(cluster: Cluster) -> str:
     """The Trainer's standalone install (its ``overlays/manager``, JobSet included) as one stream.
 
@@ -200,7 +140,7 @@ def trainer_manifests(cluster: Cluster) -> str:
     holds that kustomization. So both modules' manifests are copied out of the module cache and
     the overlay's one remote resource is pointed at the copy; nothing else differs.
     """
-    pins = controlplane.versions()
+    pins = versions()
     root = cluster.state / "manifests"
     trainer = copy_writable(
         module_dir(f"github.com/kubeflow/trainer/v2@{pins['TRAINER_VERSION']}") / "manifests",

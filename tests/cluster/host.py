@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from realparts import controlplane
+from realparts.processes import WaitError, wait_for
 
 CONFIG = Path(__file__).resolve().parent / "config"
 NODE_NAME = "tfrs-node"
@@ -178,9 +179,8 @@ def kill(pid: int, name: str, timeout: float = 20) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while running(pid, name) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with contextlib.suppress(WaitError):  # SIGKILL below
+        wait_for(lambda: not running(pid, name), timeout, name, interval=0.2)
     if running(pid, name):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

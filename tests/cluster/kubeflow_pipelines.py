@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from cluster import host, images
-from cluster.addons import copy_writable, point_at_copy, small_node
-from cluster.node import Cluster, Step, part
-from realparts import controlplane
+from cluster.bringup import Cluster, Step
+from cluster.manifests import copy_writable, point_at_copy, small_node
+from realparts.parts import ensure_built, versions
 
 HERE = Path(__file__).resolve().parent
 OVERLAY = HERE / "kfp"
@@ -77,12 +77,12 @@ def build_images() -> dict[str, str]:
     """Build what podman lacks; ``key -> image`` of every image the install runs."""
     from fakes.podman_harness import ensure_python_base
 
-    pins = controlplane.versions()
-    kfp, version = part("kfp") / "bin", pins["KFP_VERSION"]
-    argo, argo_version = part("argo") / "bin", pins["ARGO_VERSION"]
+    pins = versions()
+    kfp, version = ensure_built("kfp") / "bin", pins["KFP_VERSION"]
+    argo, argo_version = ensure_built("argo") / "bin", pins["ARGO_VERSION"]
     ghcr = "ghcr.io/kubeflow"
     # what Argo's Dockerfile puts into /etc of both its images
-    hack = part("argo") / "hack"
+    hack = ensure_built("argo") / "hack"
     argo_etc = {"/etc/nsswitch.conf": hack / "nsswitch.conf",
                 "/etc/ssh/ssh_known_hosts": hack / "ssh_known_hosts"}  # fmt: skip
     # upstream's CMDs (backend/Dockerfile, Dockerfile.persistenceagent, .scheduledworkflow)
@@ -92,7 +92,7 @@ def build_images() -> dict[str, str]:
             f"{ghcr}/kfp-api-server:{version}",
             # no /samples: --sampleconfig then names no file, and loading samples is skipped
             {"/bin/apiserver": kfp / "apiserver",
-             "/config/config.json": part("kfp") / "backend/src/apiserver/config/config.json"},
+             "/config/config.json": ensure_built("kfp") / "backend/src/apiserver/config/config.json"},
             # what upstream's release build passes it (healthz reports them)
             busybox=True, workdir="/bin",
             env={"LOG_LEVEL": "info", "TAG_NAME": version, "COMMIT_SHA": pins["KFP_COMMIT"]},
@@ -144,12 +144,12 @@ def build_images() -> dict[str, str]:
         ),
         "grpcwebproxy": _upstream(
             f"localhost/tfrs-kfp/grpcwebproxy:{pins['GRPC_WEB_VERSION']}",
-            {"/bin/grpcwebproxy": part("grpcwebproxy") / "bin" / "grpcwebproxy"},
+            {"/bin/grpcwebproxy": ensure_built("grpcwebproxy") / "bin" / "grpcwebproxy"},
             entrypoint=["/bin/grpcwebproxy"],
         ),
         "seaweedfs": _upstream(
             f"localhost/tfrs-kfp/seaweedfs:{pins['SEAWEEDFS_VERSION'].rsplit('-', 1)[-1]}",
-            {"/usr/bin/weed": part("seaweedfs") / "bin" / "weed"},
+            {"/usr/bin/weed": ensure_built("seaweedfs") / "bin" / "weed"},
             busybox=True, user="1000", entrypoint=["/usr/bin/weed"],
         ),
     }  # fmt: skip
@@ -162,7 +162,9 @@ def build_images() -> dict[str, str]:
         "mlmd-server": _stand_in("mlmd-server", HERE / "mlmd"),
     }
     out["ui"] = f"{ghcr}/kfp-frontend:{version}"
-    images.build_containerfile(out["ui"], part("kfp-ui"), kfp_images / "ui" / "Containerfile")
+    images.build_containerfile(
+        out["ui"], ensure_built("kfp-ui"), kfp_images / "ui" / "Containerfile"
+    )
     return out
 
 
@@ -191,10 +193,10 @@ _RENAMED = ("mariadb", "mlmd-server", "grpcwebproxy", "seaweedfs", "wait", "prof
 
 def manifests(cluster: Cluster) -> str:
     """Upstream's manifests with our overlay, as one stream (``kubectl kustomize``)."""
-    pins = controlplane.versions()
+    pins = versions()
     root = cluster.state / "manifests" / "kfp"
-    upstream = copy_writable(part("kfp") / "manifests" / "kustomize", root / "upstream")
-    copy_writable(part("argo") / "manifests", root / "argo")
+    upstream = copy_writable(ensure_built("kfp") / "manifests" / "kustomize", root / "upstream")
+    copy_writable(ensure_built("argo") / "manifests", root / "argo")
     for folder, remotes in _ARGO_REMOTES.items():
         kustomization = upstream / folder / "kustomization.yaml"
         depth = len(Path(folder).parts) + 1  # up to root/, from upstream/<folder>/
@@ -440,7 +442,7 @@ class KfpProfile:
     """Kubeflow Pipelines on the one-node cluster as a user of its profile reaches it.
 
     Attributes:
-        cluster: The cluster (tests/cluster/node.py).
+        cluster: The cluster (tests/cluster/bringup.py).
         host: The API server's URL from this machine.
         ui: The UI's URL from this machine.
         namespace: The profile namespace runs go to.

@@ -423,7 +423,8 @@ def test_data_service_pods_serve_the_reader_in_podman(component_image, tmp_path,
                 pytest.fail(f"{pod} never got ready: {podman('logs', names[pod]).stderr[-2000:]}")
         reader = (
             "import json, sys\n"
-            "from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split\n"
+            "from tfrecord_suite.train.reader import dataset_for_split\n"
+            "from tfrecord_suite.train.reader_config import ReaderConfig\n"
             f"ds = dataset_for_split({ref!r}, 'train', ReaderConfig(batch_size=128, repeat=False),"
             " service=sys.argv[1])\n"
             "print(json.dumps(sorted(int(i) for f, _ in ds for i in f['id'].numpy().ravel())))\n"

@@ -33,12 +33,11 @@ import os
 import re
 import subprocess
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from support import free_port, stop_process
+from support import free_port, stop_process, wait_for_fake_gcs
 
 from fakes.delayproxy import DelayProxy
 
@@ -242,17 +241,7 @@ def local_gcs(folder: str, delay_ms: float = 0.0) -> Iterator[LocalGcs]:
         )  # fmt: skip
     http_url = f"http://127.0.0.1:{http_port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"fake-gcs-server exited: {open(log).read()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{http_url}/storage/v1/b", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for_fake_gcs(http_url, process, lambda: open(log).read(), 30)
         with (
             DelayProxy(("127.0.0.1", https_port), delay_ms, connect=True) as proxy,
             BatchShim(("127.0.0.1", http_port)) as shim,

@@ -30,9 +30,9 @@ def load(path: str) -> list[dict[str, Any]]:
 def kubectl() -> str | None:
     """The kubectl the suite builds (``make real-parts``: Kubernetes at the pinned version,
     kustomize embedded), else one on ``PATH``; None where neither is there."""
-    from realparts import controlplane
+    from realparts import parts
 
-    built = controlplane.built("kubernetes")
+    built = parts.built("kubernetes")
     if built is not None and (built / "bin" / "kubectl").exists():
         return str(built / "bin" / "kubectl")
     return shutil.which("kubectl")

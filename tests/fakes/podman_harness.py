@@ -14,11 +14,12 @@ import contextlib
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 
 import support
 from support import stop_process
+
+from realparts.processes import WaitError, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STANDINS = os.path.join(ROOT, "containers", "standins")
@@ -67,16 +68,16 @@ def podman_service(workdir: str) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=log,
     )
-    deadline = time.monotonic() + 30
-    while not os.path.exists(sock):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            log.close()
-            unavailable(
-                "podman system service did not start: "
-                + open(os.path.join(workdir, "podman-service.log")).read()[-2000:]
-            )
-        time.sleep(0.1)
+    try:
+        wait_for(lambda: os.path.exists(sock), 30, "podman system service",
+                 alive=lambda: proc.poll() is None, interval=0.1)  # fmt: skip
+    except WaitError:
+        proc.kill()
+        log.close()
+        unavailable(
+            "podman system service did not start: "
+            + open(os.path.join(workdir, "podman-service.log")).read()[-2000:]
+        )
     try:
         yield f"unix://{sock}"
     finally:

@@ -1,6 +1,7 @@
 """The benchmark's bookkeeping: alternation, medians, ratios, slope, report and chart. (The
 benchmark itself is `make bench`; timings are never asserted in tests on this shared machine.)"""
 
+import contextlib
 import os
 import random
 import sys
@@ -9,6 +10,7 @@ import time
 import pytest
 
 from benchmarks import core, images, memory, read, run, scale, write
+from realparts.processes import WaitError, wait_for
 
 
 def test_measure_alternates_warms_up_and_takes_medians():
@@ -588,9 +590,8 @@ def test_the_counting_proxy_counts_every_byte_each_way():
         back = b""
         while len(back) < 200_000:
             back += client.recv(65536)
-    deadline = time.monotonic() + 5
-    while proxy.downstream < 200_000 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(WaitError):  # the assertion below says what it counted
+        wait_for(lambda: proxy.downstream >= 200_000, 5, "the proxy's count", interval=0.05)
     assert (proxy.upstream, proxy.downstream) == (100_000, 200_000)
     proxy.close()
     server.close()

@@ -6,10 +6,11 @@ Marker ``cluster``: ``make test-cluster`` runs these."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
+
+from realparts.processes import WaitError, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -26,13 +27,17 @@ def _restricted() -> dict[str, Any]:
 
 def wait_pod(core: Any, namespace: str, name: str, phases: set[str], timeout: float = 180) -> Any:
     """Wait until the pod reaches one of ``phases``; fail with its state and events if not."""
-    deadline = time.monotonic() + timeout
     pod = None
-    while time.monotonic() < deadline:
+
+    def reached() -> Any:
+        nonlocal pod
         pod = core.read_namespaced_pod(name, namespace)
-        if pod.status.phase in phases:
-            return pod
-        time.sleep(1)
+        return pod if pod.status.phase in phases else None
+
+    try:
+        return wait_for(reached, timeout, f"pod {namespace}/{name}", interval=1)
+    except WaitError:
+        pass
     events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
     raise AssertionError(
         f"pod {namespace}/{name} is {pod and pod.status.phase}, not {phases}:\n"
@@ -144,9 +149,9 @@ def test_the_node_is_the_pinned_release_on_containerd(one_node_cluster):
     """The kubelet and containerd that joined are the pinned builds."""
     from kubernetes import client
 
-    from realparts import controlplane
+    from realparts import parts
 
-    pins = controlplane.versions()
+    pins = parts.versions()
     (node,) = client.CoreV1Api(one_node_cluster.api_client()).list_node().items
     info = node.status.node_info
     assert info.kubelet_version == pins["KUBERNETES_VERSION"]
@@ -160,9 +165,9 @@ def test_the_cluster_outlives_the_process_that_brought_it_up(one_node_cluster):
     fixture brought this cluster up in a process of its own that has ended (as `make
     cluster-up` does), and this test reads it from another: each process is alive and the API
     server answers (it did not when etcd was tied to the process that started it)."""
-    from cluster import node
+    from cluster import bringup, node
 
-    cluster = node.Cluster.load()
+    cluster = bringup.Cluster.load()
     assert cluster is not None
     assert set(cluster.alive()) == set(node.PROCESSES)
     assert all(cluster.alive().values()), cluster.alive()

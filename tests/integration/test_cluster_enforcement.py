@@ -128,7 +128,8 @@ with concurrent.futures.ThreadPoolExecutor(len(targets)) as pool:
 #: a test can kill a server mid-pass.
 READ_PASS = """
 import collections, json, sys, time
-from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
+from tfrecord_suite.train.reader import dataset_for_split
+from tfrecord_suite.train.reader_config import ReaderConfig
 ref, address, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
 config = ReaderConfig(batch_size=32, repeat=False)
 def ids(dataset, paced=False):

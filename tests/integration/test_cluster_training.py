@@ -40,6 +40,7 @@ import yaml
 from support import launcher_account
 
 from fakes.pod_security import violations
+from realparts.processes import WaitError, wait_for
 from tfrecord_suite import podinfo
 from tfrecord_suite.images import IMAGE_UID, ImageSet
 from tfrecord_suite.kfp import catalog
@@ -347,15 +348,17 @@ def run_train_step(trainer_cluster, namespace, data, name, **parameters) -> dict
     core = client.CoreV1Api(cluster.api_client())
     trainjobs: dict[str, dict] = {}
     trainer_pods: dict[str, dict[str, Any]] = {}  # each as last seen
-    deadline = time.monotonic() + 1800
     phase = ""
-    while time.monotonic() < deadline:
+
+    def finished() -> bool:
+        nonlocal phase
         phase = core.read_namespaced_pod(name, namespace).status.phase
         trainjobs.update({j["metadata"]["name"]: j for j in _trainjobs(cluster, namespace)})
         trainer_pods.update({p["metadata"]["name"]: p for p in _node_pods(cluster, namespace)})
-        if phase in ("Succeeded", "Failed"):
-            break
-        time.sleep(3)
+        return phase in ("Succeeded", "Failed")
+
+    with contextlib.suppress(WaitError):  # the assertion below says how it ended
+        wait_for(finished, 1800, f"train step {name}", interval=3)
     log = core.read_namespaced_pod_log(name, namespace, _preload_content=False).data.decode()
     assert phase == "Succeeded", f"train step {name}: {phase}\n{log[-6000:]}"
     output = json.loads((out / "executor_output.json").read_text())
@@ -473,19 +476,25 @@ def test_deleting_the_step_mid_train_leaves_nothing_running(
     run_account(cluster, ns, tmp_path)
     start_train_step(trainer_cluster, ns, digits_on_node, "cancel", workers=2, epochs=500,
                      batch_size=32, placement=json.dumps(SMALL))  # fmt: skip
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+
+    def both_running() -> bool:
         running = [p for p in _node_pods(cluster, ns) if p["status"]["phase"] == "Running"]
-        if len(running) == 2:
-            break
-        time.sleep(2)
-    assert len(running) == 2, [p["status"]["phase"] for p in _node_pods(cluster, ns)]
+        return len(running) == 2
+
+    try:
+        wait_for(both_running, 600, "both nodes running", interval=2)
+    except WaitError:
+        raise AssertionError([p["status"]["phase"] for p in _node_pods(cluster, ns)]) from None
     time.sleep(15)  # well into training
     core = client.CoreV1Api(cluster.api_client())
     core.delete_namespaced_pod("cancel", ns)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and (_trainjobs(cluster, ns) or _node_pods(cluster, ns)):
-        time.sleep(2)
+    with contextlib.suppress(WaitError):  # the assertions below say what is left
+        wait_for(
+            lambda: not (_trainjobs(cluster, ns) or _node_pods(cluster, ns)),
+            180,
+            "the TrainJob and its nodes' pods gone",
+            interval=2,
+        )
     assert not _trainjobs(cluster, ns)
     # a pod object goes only once the kubelet has stopped its containers
     assert not _node_pods(cluster, ns)

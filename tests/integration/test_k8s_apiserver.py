@@ -28,7 +28,7 @@ import yaml
 
 from fakes.pod_security import kubeflow_profile_labels
 from realparts import standins
-from realparts.processes import wait_for
+from realparts.processes import WaitError, wait_for
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.data_service_k8s import DataServiceLauncher, objects
 from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name
@@ -510,7 +510,8 @@ def test_deleting_the_step_pod_makes_the_garbage_collector_delete_its_data_servi
 LAUNCH = """
 import json, logging, sys
 logging.basicConfig(level=logging.INFO)
-from tfrecord_suite.launch.job import JobCancelled, JobConfig, JobLauncher, kubernetes_client
+from tfrecord_suite.launch.job import JobConfig, JobLauncher, kubernetes_client
+from tfrecord_suite.launch.kube import JobCancelled
 from tfrecord_suite.launch.{module} import {kind}
 config = JobConfig(**json.loads(sys.argv[1]))
 try:
@@ -582,19 +583,22 @@ def _schedule(k8s, namespace: str, name: str, containers: list[dict], timeout=60
         },
     }  # fmt: skip
     core.create_namespaced_pod(namespace, pod)
-    reason = ""
+
+    def placed_or_refused() -> tuple[str] | None:
+        """``("",)`` once the pod is bound, ``(why,)`` once it is refused; None until then."""
+        got = core.read_namespaced_pod(name, namespace)
+        if got.spec.node_name:
+            return ("",)
+        reason = ""
+        for condition in got.status.conditions or []:
+            if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+                reason = condition.message
+        return (reason,) if reason else None
+
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = core.read_namespaced_pod(name, namespace)
-            if got.spec.node_name:
-                return ""
-            for condition in got.status.conditions or []:
-                if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
-                    reason = condition.message
-            if reason:
-                return reason
-            time.sleep(0.2)
+        (reason,) = wait_for(placed_or_refused, timeout, f"pod {name} placed", interval=0.2)
+        return reason
+    except WaitError:
         return f"not scheduled within {timeout:.0f} s"
     finally:
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
@@ -714,12 +718,12 @@ def test_a_killed_launcher_leaves_nothing_past_its_lease(installed, tmp_path):
 def quota_limited_plane(tmp_path_factory):
     """A second control plane whose API server runs with k8s/priority/admission-config.yaml,
     as the opt-in asks an administrator to start it."""
-    from realparts import controlplane
+    from realparts import controlplane, parts
 
     plane = controlplane.start(
         tmp_path_factory.mktemp("k8s-priority"),
-        controlplane.built("kubernetes"),
-        controlplane.built("etcd"),
+        parts.built("kubernetes"),
+        parts.built("etcd"),
         extra_args={"kube-apiserver": [
             f"--admission-control-config-file={K8S / 'priority' / 'admission-config.yaml'}"]},
     )  # fmt: skip

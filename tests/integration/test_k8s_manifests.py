@@ -274,12 +274,13 @@ def _aggregated(role):
 def _until_allowed(k8s, namespace, account, needs):
     """Wait (the API server's RBAC cache, the aggregation controller) until nothing of
     ``needs`` is refused; the refusals that stay after 60 s."""
-    import time
+    from realparts.processes import WaitError, wait_for
 
-    deadline = time.monotonic() + 60
-    while (refused := _refused(k8s, namespace, account, needs)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return refused
+    try:
+        wait_for(lambda: not _refused(k8s, namespace, account, needs), 60, "RBAC", interval=0.5)
+    except WaitError:
+        return _refused(k8s, namespace, account, needs)
+    return []
 
 
 @pytest.mark.k8s

@@ -153,13 +153,13 @@ def test_the_walk_installs_the_trainer_release_the_cluster_runs():
     """The Trainer the walk installs is the release the one-node cluster runs, from that
     release's own ``manifests/overlays/manager``, and no older than the minimum the page
     names for TrainJobs."""
-    from realparts import controlplane
+    from realparts import parts
 
     text = "".join(walk_blocks())
     (ref,) = re.findall(
         r"github\.com/kubeflow/trainer\.git/manifests/overlays/manager\?ref=(\S+?)\"", text
     )
-    assert ref == controlplane.versions()["TRAINER_VERSION"]
+    assert ref == parts.versions()["TRAINER_VERSION"]
     page = open(os.path.join(test_docs.ROOT, PAGE)).read()
     minimum = re.search(r"^\| Kubeflow Trainer \| \*\*v([\d.]+)\*\*", page, re.M)[1]
     as_tuple = [int(p) for p in ref.lstrip("v").split(".")]
@@ -188,7 +188,8 @@ def test_the_readme_says_nothing_the_walk_does_not_do():
 def _suite_images() -> str:
     """What stands in for ``images build --push``, as a shell command."""
     code = (
-        "from cluster import kubeflow_pipelines as kfp, node; kfp.suite_images(node.Cluster.load())"
+        "from cluster import bringup, kubeflow_pipelines as kfp; "
+        "kfp.suite_images(bringup.Cluster.load())"
     )
     path = os.pathsep.join(sys.path)
     return f"PYTHONPATH={shlex.quote(path)} {shlex.quote(sys.executable)} -c {shlex.quote(code)}"

@@ -23,13 +23,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import support
+
+from realparts.processes import WaitError, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -356,15 +357,17 @@ def mariadb(tmp_path) -> Iterator[int]:
          f"--log-error={tmp_path / 'mariadb.err'}", f"--pid-file={tmp_path / 'mariadb.pid'}",
          "--innodb-buffer-pool-size=16M", *user],
     )  # fmt: skip
+
+    def listening() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        try:
+            wait_for(listening, 60, "mariadbd", alive=lambda: proc.poll() is None, interval=0.2)
+        except WaitError:
             assert proc.poll() is None, (tmp_path / "mariadb.err").read_text()[-2000:]
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "mariadbd did not listen within 60 s"
-            time.sleep(0.2)
+            raise AssertionError("mariadbd did not listen within 60 s") from None
         yield port
     finally:
         proc.terminate()

@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
+from realparts.processes import WaitError, wait_for
 from tfrecord_suite.shard.sources import InputError
 from tfrecord_suite.shard.step import ShardConfig, ShardError, run_shard
 
@@ -52,11 +52,17 @@ def test_killed_shard_job_reruns_to_identical_output(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # killed once Beam writes into the job's temporary folder (its beam-temp-* files), well
     # before the shards are moved into place (a fixed sleep lost that race on a fast machine)
-    deadline = time.time() + 120
-    while not glob.glob(os.path.join(out, ".tmp-shard-*", "beam-temp-*")):
+    try:
+        wait_for(
+            lambda: glob.glob(os.path.join(out, ".tmp-shard-*", "beam-temp-*")),
+            120,
+            "the shard job's temporary files",
+            alive=lambda: proc.poll() is None,
+            interval=0.005,
+        )
+    except WaitError:
         assert proc.poll() is None, "the shard job ended before it could be killed mid-write"
-        assert time.time() < deadline, "the shard job never started writing"
-        time.sleep(0.005)
+        raise AssertionError("the shard job never started writing") from None
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert not os.path.exists(

@@ -41,10 +41,10 @@ def runner_inputs(tmp_path_factory) -> dict[str, str]:
 def runners():
     """Each runner's Beam options; its job server started on first use, stopped at the end.
     Where the runners are not built the tests skip and say so; under CI they fail."""
-    from realparts import controlplane
+    from realparts import parts
     from realparts.runners import PARTS, runner_args
 
-    missing = [p for p in PARTS if controlplane.built(p) is None]
+    missing = [p for p in PARTS if parts.built(p) is None]
     if missing:
         unavailable(f"real parts not built ({', '.join(missing)}): run `make real-parts`")
     with contextlib.ExitStack() as stack:

@@ -241,7 +241,8 @@ def test_reader_stages_s3_shards_and_deletes_each_copy_once_read(tmp_path, s3_bu
 
     code = (
         "import sys; from tfrecord_suite.schema import Schema\n"
-        "from tfrecord_suite.train.reader import ReaderConfig, make_dataset\n"
+        "from tfrecord_suite.train.reader import make_dataset\n"
+        "from tfrecord_suite.train.reader_config import ReaderConfig\n"
         f"files = {files!r}; schema = Schema.from_dict({result.manifest.schema!r})\n"
         "config = ReaderConfig(batch_size=8, repeat=True, stage_files=1, stage_part_mb=1)\n"
         "print(len(next(iter(make_dataset(files, schema, config)))[1]))\n"

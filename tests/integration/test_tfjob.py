@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from support import api_calls, kept, launch_as, stored_job
+from support import api_calls, kept, launch_as, launcher_job_config, stored_job
 
 from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
@@ -21,7 +21,7 @@ from realparts.local_operator import LocalOperator, node_program
 from realparts.processes import wait_for
 from tfrecord_suite import flags
 from tfrecord_suite.io import storage
-from tfrecord_suite.launch.job import JobConfig, JobLauncher, job_name
+from tfrecord_suite.launch.job import JobLauncher, job_name
 from tfrecord_suite.launch.kube import JobCancelled, JobError
 from tfrecord_suite.launch.placement import Placement
 from tfrecord_suite.launch.tfjob import TFJob, render_tfjob
@@ -33,20 +33,8 @@ TPU = Placement(accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tp
 
 
 def config(**kw):
-    base = dict(
-        name="tfrs-train-abc",
-        namespace="ml",
-        image="ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0",
-        trainer_args=["--dataset", "gs://b/reg/digits@1.0.0", "--model-dir", "gs://b/m"],
-        workers=4,
-        placement=GPU,
-        run_id="run-123",
-        service_account="pipeline-runner",
-        owner={"apiVersion": "v1", "kind": "Pod", "name": "train-op-pod", "uid": "u-1"},
-        poll_seconds=0,
-    )
-    base.update(kw)
-    return JobConfig(**base)
+    """:func:`support.launcher_job_config` as this module's tests launch it."""
+    return launcher_job_config(**{"placement": GPU, "service_account": "pipeline-runner", **kw})
 
 
 def test_render_one_chief_three_workers_two_gpus_each():

@@ -18,7 +18,7 @@ import time
 
 import pytest
 import yaml
-from support import api_calls, kept, launch_as, launcher_account, unavailable
+from support import api_calls, kept, launch_as, launcher_account, launcher_job_config, unavailable
 
 from fakes.artifacts import Artifact, train_step
 from fakes.chief import write_chief_outputs
@@ -28,7 +28,6 @@ from tfrecord_suite import images
 from tfrecord_suite.launch import discovery
 from tfrecord_suite.launch.job import (
     NODE_GRACE_SECONDS,
-    JobConfig,
     JobLauncher,
     LauncherUnavailable,
     job_name,
@@ -46,20 +45,8 @@ TPU = Placement(accelerator_type="tpu-v5-lite-podslice", accelerator_count=4, tp
 
 
 def config(**kw):
-    base = dict(
-        name="tfrs-train-abc",
-        namespace="ml",
-        image="ghcr.io/tfrecord-suite/tfrecord-suite-gpu:0.1.0",
-        trainer_args=["--dataset", "gs://b/reg/digits@1.0.0", "--model-dir", "gs://b/m"],
-        workers=4,
-        placement=GPU,
-        run_id="run-123",
-        service_account="default-editor",
-        owner={"apiVersion": "v1", "kind": "Pod", "name": "train-op-pod", "uid": "u-1"},
-        poll_seconds=0,
-    )
-    base.update(kw)
-    return JobConfig(**base)
+    """:func:`support.launcher_job_config` as this module's tests launch it."""
+    return launcher_job_config(**{"placement": GPU, "service_account": "default-editor", **kw})
 
 
 def _runtime():
@@ -334,14 +321,12 @@ class OlderCluster:
 
 @pytest.fixture(scope="module")
 def older_cluster(k8s, tmp_path_factory):
-    from realparts import controlplane
+    from realparts import controlplane, parts
 
-    if controlplane.built("crds-old") is None:
+    if parts.built("crds-old") is None:
         unavailable("real parts not built (crds-old): run `make real-parts`")
     work = tmp_path_factory.mktemp("k8s-older")
-    plane = controlplane.start(
-        work / "plane", controlplane.built("kubernetes"), controlplane.built("etcd")
-    )
+    plane = controlplane.start(work / "plane", parts.built("kubernetes"), parts.built("etcd"))
     try:
         yield OlderCluster(plane, work / "kubeconfig")
     finally:

@@ -77,6 +77,13 @@ prune_tool_caches() {
 
 log() { echo "realparts: $*" >&2; }
 
+# cached DIR: where DIR is built already (its .complete, touched last by the part's build),
+# print it, as each part's function prints its folder, and succeed; else print nothing and fail.
+cached() {
+  [ -f "$1/.complete" ] || return 1
+  echo "$1"
+}
+
 # quiet CMD...: runs CMD with its output held back, printed only if it fails
 quiet() {
   local output
@@ -94,10 +101,7 @@ go_build() {
   local name=$1 module=$2 version=$3 replaces=$4
   shift 4
   local out="$cache/$name-$version"
-  if [ -f "$out/.complete" ]; then
-    echo "$out"
-    return
-  fi
+  cached "$out" && return
   local work
   work=$(mktemp -d "$cache/.build-$name-XXXXXX")
   log "building $name $version (once; cached in $out)"
@@ -151,7 +155,7 @@ kubernetes_replaces() {
 # kubernetes_replaces_for NAME: the replace block, or nothing where NAME is built already (the
 # block comes from the module's go.mod: a download a built part does not need)
 kubernetes_replaces_for() {
-  [ -f "$cache/$1-$KUBERNETES_VERSION/.complete" ] || kubernetes_replaces
+  cached "$cache/$1-$KUBERNETES_VERSION" >/dev/null || kubernetes_replaces
 }
 
 kubernetes() {
@@ -175,15 +179,14 @@ kubernetes_node() {
 # release, compiled static as its Makefile does); the image tag is that Makefile's TAG
 pause() {
   local out="$cache/pause-$KUBERNETES_VERSION"
-  if [ ! -f "$out/.complete" ]; then
-    local src tag
-    src=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | module_dir)/build/pause
-    tag=$(sed -n 's/^TAG ?= *//p' "$src/Makefile")
-    rm -rf "$out" && mkdir -p "$out/bin"
-    gcc -Os -Wall -Werror -static -DVERSION="v$tag-tfrs" -o "$out/bin/pause" "$src/linux/pause.c"
-    echo "$tag" >"$out/TAG"
-    touch "$out/.complete"
-  fi
+  cached "$out" && return
+  local src tag
+  src=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | module_dir)/build/pause
+  tag=$(sed -n 's/^TAG ?= *//p' "$src/Makefile")
+  rm -rf "$out" && mkdir -p "$out/bin"
+  gcc -Os -Wall -Werror -static -DVERSION="v$tag-tfrs" -o "$out/bin/pause" "$src/linux/pause.c"
+  echo "$tag" >"$out/TAG"
+  touch "$out/.complete"
   echo "$out"
 }
 
@@ -245,29 +248,27 @@ etcd() {
 # ClusterTrainingRuntime; the Training Operator v1: TFJob)
 crds() {
   local out="$cache/crds-trainer-$TRAINER_VERSION-training-operator-$TRAINING_OPERATOR_VERSION"
-  if [ ! -f "$out/.complete" ]; then
-    local trainer operator
-    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | module_dir)
-    operator=$(go mod download -json \
-      "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | module_dir)
-    rm -rf "$out" && mkdir -p "$out/trainer" "$out/training-operator"
-    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
-    cp "$operator/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$out/training-operator/"
-    touch "$out/.complete"
-  fi
+  cached "$out" && return
+  local trainer operator
+  trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | module_dir)
+  operator=$(go mod download -json \
+    "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | module_dir)
+  rm -rf "$out" && mkdir -p "$out/trainer" "$out/training-operator"
+  cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+  cp "$operator/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$out/training-operator/"
+  touch "$out/.complete"
   echo "$out"
 }
 
 # crds-old: the TrainJob CRDs of an older Trainer (TRAINER_OLD_VERSION), in the same layout
 crds_old() {
   local out="$cache/crds-trainer-$TRAINER_OLD_VERSION"
-  if [ ! -f "$out/.complete" ]; then
-    local trainer
-    trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_OLD_VERSION" | module_dir)
-    rm -rf "$out" && mkdir -p "$out/trainer"
-    cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
-    touch "$out/.complete"
-  fi
+  cached "$out" && return
+  local trainer
+  trainer=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_OLD_VERSION" | module_dir)
+  rm -rf "$out" && mkdir -p "$out/trainer"
+  cp "$trainer"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$out/trainer/"
+  touch "$out/.complete"
   echo "$out"
 }
 
@@ -292,10 +293,7 @@ maven_job_server() {
   local name=$1 version=$2 main=$3 opens=$4
   shift 4
   local out="$cache/$name-$version"
-  if [ -f "$out/.complete" ]; then
-    echo "$out"
-    return
-  fi
+  cached "$out" && return
   local work deps=""
   work=$(mktemp -d "$cache/.build-$name-XXXXXX")
   log "resolving $name $version from Maven Central (once; cached in $out)"
@@ -404,10 +402,7 @@ kfp_archive() {
 # their paths in the archive.
 kfp() {
   local out="$cache/kfp-$KFP_VERSION"
-  if [ -f "$out/.complete" ]; then
-    echo "$out"
-    return
-  fi
+  cached "$out" && return
   if ! command -v gcc >/dev/null; then
     echo "kfp's API server needs gcc and libc.a (cgo, static): apt-get install gcc libc6-dev" >&2
     return 1
@@ -456,10 +451,7 @@ kfp() {
 # alone selects it), the same source as upstream's.
 argo() {
   local out="$cache/argo-$ARGO_VERSION"
-  if [ -f "$out/.complete" ]; then
-    echo "$out"
-    return
-  fi
+  cached "$out" && return
   local x=github.com/argoproj/argo-workflows/v4 module src date commit copy
   module=$(go mod download -json "$x@$ARGO_VERSION" | python3 -c '
 import json, sys
@@ -503,10 +495,7 @@ kube_network_policies() {
 # production node_modules, the ML Metadata protos' JS that dist/ loads) and bin/node.
 kfp_ui() {
   local out="$cache/kfp-ui-$KFP_VERSION"
-  if [ -f "$out/.complete" ]; then
-    echo "$out"
-    return
-  fi
+  cached "$out" && return
   if ! command -v npm >/dev/null; then
     echo "kfp-ui needs npm (it runs under Node $NODE_UI_VERSION, which npm fetches)" >&2
     return 1
@@ -574,14 +563,13 @@ PY
 # with their hashes in tests/cluster/mlmd/requirements.txt, which the server's image installs too.
 mlmd() {
   local out="$cache/mlmd-$ML_METADATA_VERSION"
-  if [ ! -f "$out/.complete" ]; then
-    log "making the ml-metadata $ML_METADATA_VERSION environment (once; $out)"
-    rm -rf "$out"
-    python3.11 -m venv "$out"
-    quiet "$out/bin/pip" install --require-hashes --only-binary=:all: \
-      -r "$here/../cluster/mlmd/requirements.txt"
-    touch "$out/.complete"
-  fi
+  cached "$out" && return
+  log "making the ml-metadata $ML_METADATA_VERSION environment (once; $out)"
+  rm -rf "$out"
+  python3.11 -m venv "$out"
+  quiet "$out/bin/pip" install --require-hashes --only-binary=:all: \
+    -r "$here/../cluster/mlmd/requirements.txt"
+  touch "$out/.complete"
   echo "$out"
 }
 

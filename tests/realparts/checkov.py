@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from realparts import controlplane
+from realparts import parts
 
 REQUIREMENTS = Path(__file__).with_name("checkov-requirements.txt")
 
@@ -30,7 +30,7 @@ def checkov_binary(build: bool = True) -> Path | None:
 
     """
     digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
-    venv = controlplane.cache_root() / f"checkov-{digest}"
+    venv = parts.cache_root() / f"checkov-{digest}"
     binary = venv / "bin" / "checkov"
     if (venv / ".complete").exists():
         return binary

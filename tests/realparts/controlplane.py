@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import ipaddress
 import json
 import os
 import subprocess
@@ -29,183 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from realparts import processes
+from realparts.certificates import CertificateAuthority, new_key, pem_cert, pem_key
+from realparts.parts import part_dir
 from realparts.processes import free_port, wait_for
 
-HERE = Path(__file__).resolve().parent
 CLUSTER_DOMAIN = "cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = f"https://kubernetes.default.svc.{CLUSTER_DOMAIN}"
-
-
-def versions() -> dict[str, str]:
-    """The pins of versions.env."""
-    pins = {}
-    for line in (HERE / "versions.env").read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, _, value = line.partition("=")
-            pins[key] = value
-    return pins
-
-
-def cache_root() -> Path:
-    """Where build.sh puts what it builds (the same rule as build.sh)."""
-    if os.environ.get("TFRS_REALPARTS_CACHE"):
-        return Path(os.environ["TFRS_REALPARTS_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "tfrecord-suite" / "realparts"
-
-
-def part_dir(part: str) -> Path:
-    """The folder build.sh makes for ``part`` (``kubernetes``, ``etcd``, ``crds``, ``crds-old``,
-    ``prism``, ``flink``, ``spark`` or ``mlmd``)."""
-    pins = versions()
-    names = {
-        "kubernetes": f"kubernetes-{pins['KUBERNETES_VERSION']}",
-        "etcd": f"etcd-{pins['ETCD_VERSION']}",
-        "crds": f"crds-trainer-{pins['TRAINER_VERSION']}"
-        f"-training-operator-{pins['TRAINING_OPERATOR_VERSION']}",
-        "crds-old": f"crds-trainer-{pins['TRAINER_OLD_VERSION']}",
-        # Beam's runners (realparts/runners.py)
-        "prism": f"prism-{pins['BEAM_VERSION']}",
-        "flink": f"beam-flink-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
-        f"-flink-{pins['FLINK_RUNNER']}",
-        "spark": f"beam-spark-job-server-{pins['BEAM_JOB_SERVER_VERSION']}"
-        f"-spark-{pins['SPARK_VERSION']}",
-        # the ml-metadata environment (realparts/mlmd.py)
-        "mlmd": f"mlmd-{pins['ML_METADATA_VERSION']}",
-    }
-    return cache_root() / names[part]
-
-
-def built(part: str) -> Path | None:
-    """:func:`part_dir` of ``part`` if build.sh has finished it."""
-    folder = part_dir(part)
-    return folder if (folder / ".complete").exists() else None
-
-
-def build(part: str) -> Path:
-    """Build ``part`` now if it is not in the cache (minutes the first time)."""
-    out = subprocess.run(
-        ["bash", str(HERE / "build.sh"), part], check=True, capture_output=True, text=True
-    ).stdout
-    return Path(out.strip().splitlines()[-1])
-
-
-# --------------------------------------------------------------------------------- certificates
-
-
-def _key() -> Any:
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def _pem_key(key: Any) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
-
-
-def _pem_cert(cert: Any) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-class _CA:
-    """A certificate authority of the test cluster's own."""
-
-    def __init__(self) -> None:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.x509.oid import NameOID
-
-        self.key = _key()
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tfrs-test-ca")])
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self.key, hashes.SHA256())
-        )
-
-    @classmethod
-    def load(cls, cert_pem: bytes, key_pem: bytes) -> _CA:
-        """The CA whose certificate and key :func:`start` wrote (``ca.crt``, ``ca.key``)."""
-        from cryptography import x509
-        from cryptography.hazmat.primitives import serialization
-
-        ca = cls.__new__(cls)
-        ca.cert = x509.load_pem_x509_certificate(cert_pem)
-        ca.key = serialization.load_pem_private_key(key_pem, password=None)
-        return ca
-
-    def issue(
-        self,
-        common_name: str,
-        organizations: tuple[str, ...] = (),
-        hosts: tuple[str, ...] = (),
-        server: bool = False,
-    ) -> tuple[bytes, bytes]:
-        """``(certificate PEM, key PEM)`` for a client (or, with ``server``, a serving) cert."""
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-        key = _key()
-        attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-        attributes += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-        now = datetime.datetime.now(datetime.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attributes))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-        )
-        if hosts:
-            names: list[x509.GeneralName] = []
-            for host in hosts:
-                try:
-                    names.append(x509.IPAddress(ipaddress.ip_address(host)))
-                except ValueError:
-                    names.append(x509.DNSName(host))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        cert = builder.sign(self.key, hashes.SHA256())
-        return _pem_cert(cert), _pem_key(key)
 
 
 # -------------------------------------------------------------------------------- the processes
@@ -256,7 +85,9 @@ class ControlPlane:
     def kubeconfig_for_token(self, token: str, path: Path, namespace: str = "default") -> Path:
         """Write a kubeconfig that presents ``token`` (what ``kubectl`` or a launcher outside a
         pod would use) and return its path."""
-        path.write_text(_kubeconfig(self.url, self.ca_file, {"token": token}, namespace=namespace))
+        path.write_text(
+            kubeconfig_text(self.url, self.ca_file, {"token": token}, namespace=namespace)
+        )
         return path
 
     def kubectl(
@@ -398,7 +229,11 @@ class ControlPlane:
                 process.wait()
 
 
-def _kubeconfig(url: str, ca_file: Path, user: dict[str, str], namespace: str = "default") -> str:
+def kubeconfig_text(
+    url: str, ca_file: Path, user: dict[str, str], namespace: str = "default"
+) -> str:
+    """A kubeconfig (JSON) for the API server at ``url`` as ``user`` (its client certificate
+    and key, or a token), trusting ``ca_file``."""
     return json.dumps(
         {
             "apiVersion": "v1",
@@ -419,14 +254,20 @@ def _kubeconfig(url: str, ca_file: Path, user: dict[str, str], namespace: str = 
 
 
 def _client_kubeconfig(
-    url: str, workdir: Path, ca: _CA, ca_file: Path, name: str, cn: str, orgs: tuple[str, ...]
+    url: str,
+    workdir: Path,
+    ca: CertificateAuthority,
+    ca_file: Path,
+    name: str,
+    cn: str,
+    orgs: tuple[str, ...],
 ) -> Path:
     cert, key = ca.issue(cn, orgs)
     (workdir / f"{name}.crt").write_bytes(cert)
     (workdir / f"{name}.key").write_bytes(key)
     path = workdir / f"{name}.kubeconfig"
     path.write_text(
-        _kubeconfig(
+        kubeconfig_text(
             url,
             ca_file,
             {
@@ -464,7 +305,7 @@ def start(
     etcd_dir: Path,
     timeout: float = 180.0,
     address: str = "127.0.0.1",
-    ca: _CA | None = None,
+    ca: CertificateAuthority | None = None,
     extra_args: dict[str, list[str]] | None = None,
     die_with_parent: bool = True,
 ):
@@ -479,7 +320,7 @@ def start(
     workdir.mkdir(parents=True, exist_ok=True)
     bin_dir = kubernetes_dir / "bin"
     extra = extra_args or {}
-    ca = ca or _CA()
+    ca = ca or CertificateAuthority()
 
     def spawn(name: str, argv: list[str]) -> subprocess.Popen:
         # every process alike, etcd included: with die_with_parent=False (make cluster-up) none
@@ -488,8 +329,8 @@ def start(
         return processes.spawn(argv, workdir / f"{name}.log", die_with_parent=die_with_parent)
 
     ca_file = workdir / "ca.crt"
-    ca_file.write_bytes(_pem_cert(ca.cert))
-    (workdir / "ca.key").write_bytes(_pem_key(ca.key))
+    ca_file.write_bytes(pem_cert(ca.cert))
+    (workdir / "ca.key").write_bytes(pem_key(ca.key))
     serving_cert, serving_key = ca.issue(
         "kube-apiserver",
         hosts=(
@@ -505,8 +346,8 @@ def start(
     )
     (workdir / "apiserver.crt").write_bytes(serving_cert)
     (workdir / "apiserver.key").write_bytes(serving_key)
-    sa_key = _key()
-    (workdir / "sa.key").write_bytes(_pem_key(sa_key))
+    sa_key = new_key()
+    (workdir / "sa.key").write_bytes(pem_key(sa_key))
     from cryptography.hazmat.primitives import serialization
 
     (workdir / "sa.pub").write_bytes(

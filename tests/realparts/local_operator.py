@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import logging
 import os
@@ -52,8 +51,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from realparts.certificates import CertificateAuthority
 from realparts.processes import free_port
-from realparts.standins import STAND_IN, write_pod_status
+from realparts.standins import (
+    JOBSET_FINISHED,
+    STAND_IN,
+    trainjob_status,
+    utc_now,
+    write_pod_status,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -253,11 +259,7 @@ class LocalOperator:
 
     def _serving_certificate(self) -> tuple[Path, Path]:
         """A serving certificate for 127.0.0.1 from the control plane's CA, as a kubelet's."""
-        from realparts import controlplane
-
-        ca = controlplane._CA.load(
-            self.plane.ca_file.read_bytes(), (self.plane.workdir / "ca.key").read_bytes()
-        )
+        ca = CertificateAuthority.read(self.plane.ca_file, self.plane.workdir / "ca.key")
         cert, key = ca.issue(self.node, hosts=("127.0.0.1",), server=True)
         cert_path, key_path = self.log_dir / f"{self.node}.crt", self.log_dir / f"{self.node}.key"
         cert_path.write_bytes(cert)
@@ -524,7 +526,7 @@ class LocalOperator:
 
         job.state = state
         status = (
-            _trainjob_status(job, state)
+            trainjob_status(state, *JOBSET_FINISHED.get(state, ("", "")))
             if job.kind == "TrainJob"
             else _tfjob_status(job, state, failed or [])
         )
@@ -562,34 +564,6 @@ def _runtime_patch_labels(job: dict[str, Any], replicated_job: str) -> dict[str,
     return labels
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _trainjob_status(job: LocalJob, state: str) -> dict[str, Any]:
-    """As Trainer v2 copies it from the JobSet: ``Complete``/``Failed`` with JobSet's reason and
-    message (sigs.k8s.io/jobset pkg/constants), and each replicated job's Job counts."""
-    conditions = []
-    if state == "Succeeded":
-        conditions.append({"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-                           "message": "jobset completed successfully"})  # fmt: skip
-    elif state == "Failed":
-        conditions.append({"type": "Failed", "status": "True", "reason": "FailedJobs",
-                           "message": "jobset failed due to one or more job failures"})  # fmt: skip
-    for condition in conditions:
-        condition["lastTransitionTime"] = _now()
-    running = state == "Running"
-    # one Job (the replicated job "node", all nodes its completions)
-    return {
-        "conditions": conditions,
-        "jobsStatus": [
-            {"name": "node", "active": int(running), "ready": int(running),
-             "succeeded": int(state == "Succeeded"), "failed": int(state == "Failed"),
-             "suspended": 0}
-        ],
-    }  # fmt: skip
-
-
 def _tfjob_status(job: LocalJob, state: str, failed: list[LocalNode]) -> dict[str, Any]:
     """As the Training Operator writes it: its conditions, in its words
     (pkg/controller.v1/tensorflow/tfjob_controller.go), and each replica type's counts."""
@@ -605,7 +579,7 @@ def _tfjob_status(job: LocalJob, state: str, failed: list[LocalNode]) -> dict[st
         count = sum(1 for n in failed if n.rtype == rtype)
         conditions.append(("Failed", "TFJobFailed", f"TFJob {ns}/{name} has failed because "
                            f"{count} {rtype} replica(s) failed."))  # fmt: skip
-    now = _now()
+    now = utc_now()
     counts: dict[str, dict[str, int]] = {}
     for node in job.nodes:
         replica = counts.setdefault(node.rtype, {"active": 0, "succeeded": 0, "failed": 0})

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from realparts import controlplane
+from realparts import parts
 
 ENV = "TFRS_MLMD_PYTHON"
 LINEAGE = Path(__file__).resolve().parent.parent / "cluster" / "mlmd" / "run_lineage.py"
@@ -22,7 +22,7 @@ def python(build: bool = True) -> str | None:
     or None where there is neither."""
     if os.environ.get(ENV):
         return os.environ[ENV]
-    folder = controlplane.built("mlmd") or (controlplane.build("mlmd") if build else None)
+    folder = parts.built("mlmd") or (parts.build("mlmd") if build else None)
     return str(folder / "bin" / "python") if folder else None
 
 

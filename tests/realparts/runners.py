@@ -1,7 +1,7 @@
 """Beam's runners beyond the in-process one, for the ``runners`` tests and the bench.
 
 Each is built from its published sources by ``build.sh`` at the versions ``versions.env`` pins,
-into the cache :mod:`.controlplane` finds: Prism from Beam's Go module, the Flink and Spark job
+into the cache :mod:`.parts` finds: Prism from Beam's Go module, the Flink and Spark job
 servers from Maven Central. :func:`runner_args` gives the Beam options that run the shard step on
 one of them, starting a job server once for as long as the caller's ``ExitStack`` lives.
 
@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from realparts import controlplane
+from realparts import parts
 from realparts.processes import free_port, wait_for
 
 RUNNERS = ("in_process", "prism", "flink", "spark")
@@ -49,12 +49,12 @@ _JVM_PROPERTIES = {
 }  # fmt: skip
 
 
-def prism_binary(find: Callable[[str], Path | None] = controlplane.build) -> Path:
+def prism_binary(find: Callable[[str], Path | None] = parts.build) -> Path:
     """The prism binary build.sh built."""
     return find("prism") / "bin" / "prism"
 
 
-def job_server_jar(kind: str, find: Callable[[str], Path | None] = controlplane.build) -> Path:
+def job_server_jar(kind: str, find: Callable[[str], Path | None] = parts.build) -> Path:
     """The launcher jar of the ``flink`` or ``spark`` job server build.sh assembled."""
     return find(kind) / "job-server.jar"
 

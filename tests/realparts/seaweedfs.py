@@ -23,7 +23,7 @@ from pathlib import Path
 
 from support import stop_process
 
-from realparts import controlplane
+from realparts import parts
 from realparts.processes import free_port, log_tail, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,9 +34,7 @@ SECRET_KEY = "tfrs-test-secret"
 def weed_binary(build: bool = True) -> str | None:
     """The ``weed`` binary of the pinned version; built (once, minutes) when ``build`` and Go is
     installed, else None when it is missing."""
-    folder = os.path.join(
-        controlplane.cache_root(), f"seaweedfs-{controlplane.versions()['SEAWEEDFS_VERSION']}"
-    )
+    folder = str(parts.part_dir("seaweedfs"))
     binary = os.path.join(folder, "bin", "weed")
     if os.path.isfile(os.path.join(folder, ".complete")):
         return binary

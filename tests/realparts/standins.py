@@ -12,15 +12,17 @@ from __future__ import annotations
 import contextlib
 import datetime
 import threading
-import time
 from typing import Any
+
+from realparts.processes import WaitError, wait_for
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 #: The label of what a stand-in made (a volume) or runs (a pod).
 STAND_IN = "tfrecord-suite/stand-in"
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """Now, as the API server writes a time (RFC 3339, UTC, whole seconds)."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -28,14 +30,14 @@ def container_status(name: str, exit_code: int | None, ready: bool = True) -> di
     """A container status as the kubelet reports it: running, or terminated with ``exit_code``."""
     state: dict[str, Any]
     if exit_code is None:
-        state = {"running": {"startedAt": _now()}}
+        state = {"running": {"startedAt": utc_now()}}
     else:
         state = {
             "terminated": {
                 "exitCode": exit_code,
                 "reason": "Completed" if exit_code == 0 else "Error",
-                "startedAt": _now(),
-                "finishedAt": _now(),
+                "startedAt": utc_now(),
+                "finishedAt": utc_now(),
             }
         }
     return {
@@ -69,12 +71,12 @@ def write_pod_status(
             {
                 "type": t,
                 "status": ready if t in ("Ready", "ContainersReady") else "True",
-                "lastTransitionTime": _now(),
+                "lastTransitionTime": utc_now(),
             }
             for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
         ],
         "containerStatuses": [container_status(c, exit_code, ready) for c in containers],
-        "startTime": _now(),
+        "startTime": utc_now(),
     }
     core.patch_namespaced_pod_status(name, namespace, {"status": status})
 
@@ -123,17 +125,18 @@ class Kubelet:
         self._thread.join(timeout=10)
         # finish what is being deleted: a pod left Terminating would hold its node's resources
         # for the rest of the session
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            dying = [p for p in self._pods() if p.metadata.deletion_timestamp and p.spec.node_name]
-            if not dying:
-                return
-            for pod in dying:
-                with contextlib.suppress(Exception):
-                    self.core.delete_namespaced_pod(
-                        pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
-                    )
-            time.sleep(self.interval)
+        with contextlib.suppress(WaitError):  # what is still dying after 30 s is left
+            wait_for(self._finish_dying, 30, "pods being deleted", interval=self.interval)
+
+    def _finish_dying(self) -> bool:
+        """Delete at once the pods being deleted from a node; True where there are none."""
+        dying = [p for p in self._pods() if p.metadata.deletion_timestamp and p.spec.node_name]
+        for pod in dying:
+            with contextlib.suppress(Exception):
+                self.core.delete_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+                )
+        return not dying
 
     def _pods(self) -> list[Any]:
         if self.namespace:
@@ -259,35 +262,50 @@ def node_pod(job: dict[str, Any], pod: str, rtype: str, index: int) -> dict[str,
     }
 
 
+#: JobSet's reason and message of a finished JobSet (sigs.k8s.io/jobset pkg/constants), which
+#: Trainer v2 copies into the TrainJob's condition
+JOBSET_FINISHED = {
+    "Succeeded": ("AllJobsCompleted", "jobset completed successfully"),
+    "Failed": ("FailedJobs", "jobset failed due to one or more job failures"),
+}
+
+
+def trainjob_status(state: str, reason: str = "", message: str = "") -> dict[str, Any]:
+    """A TrainJob's status as Trainer v2 copies it from its JobSet, for ``state`` (Running,
+    Succeeded or Failed): a finished one's ``Complete`` or ``Failed`` condition with ``reason``
+    and ``message``, and the Job counts of its one replicated job (``node``, every node one of
+    its completions)."""
+    conditions = []
+    if state in ("Succeeded", "Failed"):
+        kind = "Complete" if state == "Succeeded" else "Failed"
+        conditions.append(
+            {"type": kind, "status": "True", "reason": reason, "message": message,
+             "lastTransitionTime": utc_now()}
+        )  # fmt: skip
+    running = state == "Running"
+    return {
+        "conditions": conditions,
+        "jobsStatus": [
+            {"name": "node", "active": int(running), "ready": int(running),
+             "succeeded": int(state == "Succeeded"), "failed": int(state == "Failed"),
+             "suspended": 0}
+        ],
+    }  # fmt: skip
+
+
 def job_status(job: dict[str, Any], state: str, message: str) -> dict[str, Any]:
     """The status the operator writes for ``state`` (Running, Succeeded or Failed): TrainJob's
     conditions (Complete/Failed) and jobsStatus; TFJob's conditions and replicaStatuses."""
-    done = state in ("Succeeded", "Failed")
     if job["kind"] == "TrainJob":
-        conditions = []
-        if done:
-            kind = "Complete" if state == "Succeeded" else "Failed"
-            reason = "JobsCompleted" if state == "Succeeded" else "JobsFailed"
-            conditions.append(
-                {"type": kind, "status": "True", "reason": reason, "message": message,
-                 "lastTransitionTime": _now()}
-            )  # fmt: skip
-        running = state == "Running"
-        return {
-            "conditions": conditions,
-            "jobsStatus": [
-                {"name": "node", "active": int(running), "ready": int(running),
-                 "succeeded": int(state == "Succeeded"), "failed": int(state == "Failed"),
-                 "suspended": 0}
-            ],
-        }  # fmt: skip
+        reason = "JobsCompleted" if state == "Succeeded" else "JobsFailed"
+        return trainjob_status(state, reason, message)
     conditions = [{"type": "Created", "status": "True", "reason": "TFJobCreated",
-                   "message": "TFJob created", "lastUpdateTime": _now(),
-                   "lastTransitionTime": _now()}]  # fmt: skip
+                   "message": "TFJob created", "lastUpdateTime": utc_now(),
+                   "lastTransitionTime": utc_now()}]  # fmt: skip
     if state != "Created":
         conditions.append(
             {"type": state, "status": "True", "reason": f"TFJob{state}", "message": message,
-             "lastUpdateTime": _now(), "lastTransitionTime": _now()}
+             "lastUpdateTime": utc_now(), "lastTransitionTime": utc_now()}
         )  # fmt: skip
     return {
         "conditions": conditions,

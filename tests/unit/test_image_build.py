@@ -8,11 +8,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 from click.testing import CliRunner
 
+from realparts.processes import WaitError, wait_for
 from tfrecord_suite.cli.main import main
 from tfrecord_suite.image_build import ImageBuildConfig, ImageBuildError, build_images
 
@@ -33,14 +33,12 @@ def podman_socket(tmp_path_factory):
         stdout=subprocess.DEVNULL,
         stderr=open(root / "service.log", "wb"),
     )
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(
-                f"podman system service did not start: {(root / 'service.log').read_text()}"
-            )
-        time.sleep(0.1)
+    try:
+        wait_for(sock.exists, 30, "podman system service", alive=lambda: proc.poll() is None,
+                 interval=0.1)  # fmt: skip
+    except WaitError:
+        proc.kill()
+        pytest.fail(f"podman system service did not start: {(root / 'service.log').read_text()}")
     yield f"unix://{sock}"
     proc.terminate()
     proc.wait(timeout=10)

@@ -604,7 +604,8 @@ def dataset_for_split(ref: str, split: str, config: ReaderConfig, **kwargs: Any)
 
     Example::
 
-        from tfrecord_suite.train.reader import ReaderConfig, dataset_for_split
+        from tfrecord_suite.train.reader import dataset_for_split
+        from tfrecord_suite.train.reader_config import ReaderConfig
 
         ds = dataset_for_split("gs://bucket/registry/penguins@stable", "train", ReaderConfig())
     """
