@@ -19,8 +19,8 @@ from tfrecord_suite.registry.datasets import Registry, shard_uris
 from tfrecord_suite.schema import Schema
 from tfrecord_suite.shard.step import ShardConfig, run_shard
 from tfrecord_suite.train import decode
-from tfrecord_suite.train.reader import make_dataset
 from tfrecord_suite.train.feature_decoder import FeatureDecoder, ImageFeed
+from tfrecord_suite.train.reader import make_dataset
 from tfrecord_suite.train.reader_config import ReaderConfig
 
 
