@@ -32,7 +32,7 @@ def test_gcs_fingerprint_follows_content_not_generation(gcs_bucket):
 def test_retrain_submits_only_when_the_input_changed(tmp_path):
     from test_registry import make_staged
 
-    from tfrecord_suite.kfp.retrain import retrain
+    from tfrecord_suite.retrain import retrain
     from tfrecord_suite.registry.datasets import Registry
     from tfrecord_suite.shard import sources
     from tfrecord_suite.shard.step import input_fingerprint
@@ -321,7 +321,7 @@ def test_the_cronjobs_role_holds_exactly_what_retrain_asks_the_kfp_api_for(tmp_p
     from fakes.fakekfp import FakeKfp
     from tfrecord_suite.cli.main import main
 
-    monkeypatch.setattr("tfrecord_suite.kfp.retrain.input_changed", lambda *a: (True, "new"))
+    monkeypatch.setattr("tfrecord_suite.retrain.input_changed", lambda *a: (True, "new"))
     monkeypatch.setattr(
         "tfrecord_suite.kfp.endpoint.POD_NAMESPACE_FILE", str(tmp_path / "no-namespace")
     )

@@ -4,7 +4,9 @@ built on it, ``tfrecord_suite.components`` and the ready pipelines ``tfrecord_su
 everything else, the step bodies of ``tfrecord_suite.steps`` included, runs without
 it."""
 
+import ast
 import json
+import pathlib
 import pkgutil
 import subprocess
 import sys
@@ -90,3 +92,97 @@ def test_the_kfp_side_and_the_launcher_never_import_the_command_line():
     assert "tfrecord_suite.cli.options" in _suite_modules_after_importing(
         ["tfrecord_suite.cli.train"]
     )
+
+
+def _imported(path: pathlib.Path) -> set[str]:
+    """Every module an import statement of ``path`` names (those inside functions too)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update([node.module, *(f"{node.module}.{a.name}" for a in node.names)])
+    return names
+
+
+def test_every_module_of_the_kfp_package_talks_to_kfp():
+    """kfp/ holds only what imports kfp (the kfp-free step bodies are tfrecord_suite.steps): each
+    of its modules imports kfp, or a module of kfp/ that does (many import it in the functions
+    that need it, so that the CLI starts fast)."""
+    package = pathlib.Path(tfrecord_suite.__file__).parent / "kfp"
+    imports = {
+        ".".join(
+            ("tfrecord_suite", *p.relative_to(package.parent.parent).with_suffix("").parts)[1:]
+        ).replace(".__init__", ""): _imported(p)
+        for p in package.rglob("*.py")
+    }
+    talks = {m for m, names in imports.items() if any(n.split(".")[0] == "kfp" for n in names)}
+    while True:
+        more = {m for m, names in imports.items() if m not in talks and names & talks}
+        if not more:
+            break
+        talks |= more
+    assert "tfrecord_suite.kfp.submit" in imports
+    assert sorted(set(imports) - talks - {"tfrecord_suite.kfp"}) == []
+
+
+def _import_cycles(root: pathlib.Path) -> list[list[str]]:
+    """The import cycles among the modules under ``root`` (every import statement, those inside
+    functions too): strongly connected components of more than one module."""
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def known(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [known(a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [known(f"{node.module}.{a.name}") for a in node.names]
+            else:
+                continue
+            graph[module].update(t for t in targets if t and t != module)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_in_the_package():
+    src = pathlib.Path(tfrecord_suite.__file__).parent.parent
+    assert _import_cycles(src) == []
+
+
+def test_the_cycle_check_would_catch_one(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("def f():\n    from pkg.b import g\n")
+    (tmp_path / "pkg" / "b.py").write_text("from pkg import a\n")
+    assert _import_cycles(tmp_path) == [["pkg.a", "pkg.b"]]

@@ -206,7 +206,7 @@ def test_cli_retrain_takes_submits_placement_registry_and_endpoint_flags(tmp_pat
 
     from tfrecord_suite.cli.main import main
 
-    monkeypatch.setattr("tfrecord_suite.kfp.retrain.input_changed", lambda *a: (True, "new"))
+    monkeypatch.setattr("tfrecord_suite.retrain.input_changed", lambda *a: (True, "new"))
     token = tmp_path / "token"
     token.write_text("t")
     with FakeKfp(multi_user=True, tokens=("t",)) as api:
@@ -302,7 +302,7 @@ def test_retrain_settings_file_flags_win_and_params_merge(tmp_path, monkeypatch)
 
     from tfrecord_suite.cli.main import main
 
-    monkeypatch.setattr("tfrecord_suite.kfp.retrain.input_changed", lambda *a: (True, "new"))
+    monkeypatch.setattr("tfrecord_suite.retrain.input_changed", lambda *a: (True, "new"))
     settings = tmp_path / "retrain.yaml"
     settings.write_text(
         "input: gs://b/raw.csv\nregistry: gs://b/reg\ndataset: rows\n"

@@ -185,7 +185,7 @@ def submit(
 def _settings(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
     """``--settings FILE``: the file's values become the command's defaults (flags win)."""
     if path:
-        from tfrecord_suite.kfp.retrain import load_settings
+        from tfrecord_suite.retrain import load_settings
 
         flags = {
             opt.lstrip("-"): p.name
@@ -251,7 +251,7 @@ def retrain(
     Takes every flag ``submit`` takes, so the run is compiled for the same images, placement
     and endpoint as a hand-made submission; ``--settings`` reads them from one file.
     """
-    from tfrecord_suite.kfp.retrain import retrain as run_retrain
+    from tfrecord_suite.retrain import retrain as run_retrain
     from tfrecord_suite.kfp.submit import parse_params
 
     if image:

@@ -1,4 +1,8 @@
-"""CI- or schedule-triggered retraining: submit the pipeline only when the raw data changed."""
+"""CI- or schedule-triggered retraining: submit the pipeline only when the raw data changed.
+
+kfp-free: the caller (``tfrecord-suite retrain``) passes the submission, which
+:mod:`tfrecord_suite.kfp.submit` makes with ``kfp.Client``.
+"""
 
 from __future__ import annotations
 
