@@ -110,12 +110,10 @@ def test_every_module_of_the_kfp_package_talks_to_kfp():
     of its modules imports kfp, or a module of kfp/ that does (many import it in the functions
     that need it, so that the CLI starts fast)."""
     package = pathlib.Path(tfrecord_suite.__file__).parent / "kfp"
-    imports = {
-        ".".join(
-            ("tfrecord_suite", *p.relative_to(package.parent.parent).with_suffix("").parts)[1:]
-        ).replace(".__init__", ""): _imported(p)
-        for p in package.rglob("*.py")
-    }
+    imports = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent.parent).with_suffix("").parts
+        imports[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = _imported(path)
     talks = {m for m, names in imports.items() if any(n.split(".")[0] == "kfp" for n in names)}
     while True:
         more = {m for m, names in imports.items() if m not in talks and names & talks}
