@@ -27,6 +27,7 @@ from support import (
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test of :data:`XDIST_GROUPS` (and the components' tests) in its group; under
     workers, the groups first: each worker takes a long group early, then they share the rest."""

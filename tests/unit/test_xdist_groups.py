@@ -4,6 +4,8 @@ the Makefile runs pytest-xdist with the scheduling that honours them."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -23,3 +25,37 @@ def test_make_test_runs_two_workers_that_keep_the_groups():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^PYTEST_WORKERS \?= 2$", makefile, re.M)
     assert "pytest -n $(PYTEST_WORKERS) --dist loadgroup" in makefile
+
+
+def test_the_groups_keep_to_one_worker_under_the_pinned_pytest_and_xdist(tmp_path):
+    """The suite's own grouping hook, under real pytest-xdist workers: each group's tests run on
+    one worker (their ids carry the group). pytest 9.2 broke this silently (pytest-xdist issue
+    1386): podman's tests then ran on both workers at once and their builds collided."""
+    tests = Path(__file__).resolve().parents[1]
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util, sys\n"
+        f"sys.path.insert(0, {str(tests)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('suite_conftest', {str(tests / 'conftest.py')!r})\n"
+        "suite = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(suite)\n"
+        "pytest_collection_modifyitems = suite.pytest_collection_modifyitems  # the suite's hook\n"
+    )
+    marks = {"containers": 4, "k8s": 4, "": 4}
+    body = ["import os, time", "import pytest", ""]
+    for mark, count in marks.items():
+        for i in range(count):
+            body += [f"@pytest.mark.{mark}" if mark else "", f"def test_{mark or 'free'}_{i}():",
+                     "    time.sleep(0.2)",
+                     f"    open('{tmp_path}/{mark or 'free'}_{i}', 'w').write("
+                     "os.environ['PYTEST_XDIST_WORKER'])", ""]  # fmt: skip
+    (tmp_path / "test_grouped.py").write_text("\n".join(body))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v",
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for mark, group in (("containers", "podman"), ("k8s", "k8s")):
+        workers = {(tmp_path / f"{mark}_{i}").read_text() for i in range(marks[mark])}
+        assert len(workers) == 1, (mark, workers)
+        assert f"test_{mark}_0@{group}" in proc.stdout
