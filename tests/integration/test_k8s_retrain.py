@@ -32,8 +32,8 @@ def test_gcs_fingerprint_follows_content_not_generation(gcs_bucket):
 def test_retrain_submits_only_when_the_input_changed(tmp_path):
     from test_registry import make_staged
 
-    from tfrecord_suite.retrain import retrain
     from tfrecord_suite.registry.datasets import Registry
+    from tfrecord_suite.retrain import retrain
     from tfrecord_suite.shard import sources
     from tfrecord_suite.shard.step import input_fingerprint
 

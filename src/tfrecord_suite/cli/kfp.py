@@ -251,8 +251,8 @@ def retrain(
     Takes every flag ``submit`` takes, so the run is compiled for the same images, placement
     and endpoint as a hand-made submission; ``--settings`` reads them from one file.
     """
-    from tfrecord_suite.retrain import retrain as run_retrain
     from tfrecord_suite.kfp.submit import parse_params
+    from tfrecord_suite.retrain import retrain as run_retrain
 
     if image:
         from tfrecord_suite.images import ImageSet
