@@ -67,14 +67,12 @@ def _documents(text: str) -> list[dict[str, Any]]:
 
 
 def cluster_image(cluster: Any) -> str:
-    """The component image under :data:`CLUSTER_IMAGES`' name, loaded into the node: podman's
-    where it holds one (another session on this machine built it from the checkout), else built
-    from this checkout now."""
+    """The component image under :data:`CLUSTER_IMAGES`' name, built from this checkout (podman
+    reuses the layers nothing changed; an image another checkout left under that name would
+    run that checkout's code) and loaded into the node."""
     from cluster import images
 
-    image = CLUSTER_IMAGES.image("component")
-    if not images.exists(image):
-        images.suite_image("component", CLUSTER_IMAGES)
+    image = images.suite_image("component", CLUSTER_IMAGES)
     cluster.load_images([image])
     return image
 
