@@ -576,7 +576,7 @@ def test_the_cronjob_starts_a_run_and_its_role_denies_the_rest(kfp_profile, peng
     os.unlink(token.name)
 
 
-def test_the_launcher_refuses_a_top_level_null_as_kfp_mlmd_says(kfp_profile, tmp_path):
+def test_the_launcher_refuses_a_top_level_null_as_steps_mlmd_says(kfp_profile, tmp_path):
     """The rule src/tfrecord_suite/steps/mlmd.py restates, checked against KFP 2.17's own
     launcher: an output artifact whose metadata holds a null at its top level fails the task
     after its work is done; the same null inside a list or a struct is stored, the struct and
