@@ -31,10 +31,12 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tfrecord-suite demo --workdir demo-bucket
 
-# two workers (pytest-xdist): the tests that share podman, the control plane or Beam's job
-# servers keep to one worker each (tests/conftest.py XDIST_GROUPS); PYTEST_WORKERS=0 runs them in
-# this one process
-PYTEST_WORKERS ?= 2
+# three workers (pytest-xdist) on CI's two cores: many tests wait on a subprocess, a server or
+# podman, and a third worker fills those waits (docs/how-to/one-node-cluster.md, "In CI", has the
+# times side by side); the tests that share podman, the control plane or Beam's job servers keep
+# to one worker each (tests/conftest.py XDIST_GROUPS); PYTEST_WORKERS=0 runs them in this one
+# process
+PYTEST_WORKERS ?= 3
 test: $(STAMP) real-parts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

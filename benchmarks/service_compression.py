@@ -196,7 +196,7 @@ def read_images(files: list[str], schema: Any, stats: dict, address: str, mode: 
 
 def run(quick: bool = False) -> dict[str, Any]:
     """Bytes per image and images per second for each compression mode."""
-    per_class, images, rounds = (100, 600, 1) if quick else (300, 2400, 3)
+    per_class, images, rounds = (30, 120, 1) if quick else (300, 2400, 3)
     with tempfile.TemporaryDirectory(prefix="tfrs-bench-") as root:
         files, schema, stats = photos_version(root, per_class)
         out: dict[str, Any] = {"images_read": images, "image_size": list(SIZE), "modes": {}}

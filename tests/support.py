@@ -18,7 +18,7 @@ import pytest
 from realparts.processes import WaitError, wait_for
 from realparts.processes import free_port as free_port
 
-#: ``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``). The tests of
+#: ``make test`` runs the suite on three workers (pytest-xdist, ``--dist loadgroup``). The tests of
 #: one group run on one worker, one after another: those that share what only one process may
 #: drive at a time, or that would each start it again on every worker. ``marker -> group``:
 #: podman's default storage, where the ``containers`` tests build the images and run them; the

@@ -10,6 +10,7 @@ executions and artifacts from ML Metadata through the UI's gRPC-web endpoint
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -386,7 +387,7 @@ def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_
     kfp_profile, dataset_ref
 ):
     """The training pipeline with workers=2 on the version on the cluster's object store
-    (SeaweedFS, s3://), twice: its train step, inside the KFP run, creates the run's TrainJob
+    (SeaweedFS, s3://), twice and at once: its train step, inside the KFP run, creates the run's TrainJob
     (named after the run) as the run's own account (the profile's default-editor, which k8s/
     binds the launcher Role to), the Trainer and JobSet run its two nodes on the compiled image
     (by its digest), both train, and the step deletes the TrainJob when done. The second run
@@ -408,11 +409,26 @@ def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_
         "batch_size": 16,
         "learning_rate": 0.01,
     }
-    # two nodes, the step, the service's dispatcher (500m) and two workers on the 2-CPU node
+    # both runs at once, as a user comparing the two would start them (their waits overlap:
+    # most of a run is pods starting, not training): two nodes each, the steps, the service's
+    # dispatcher and two workers on the 2-CPU node
     small = ["--cpu-request", "150m", "--memory-request", "2Gi"]
     alone_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,
                        *params(common), wait=False)["run_id"]  # fmt: skip
-    alone = watch(kfp_profile, alone_run)
+    served_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,
+                        "--service-cpu-request", "100m", "--service-memory-request", "1Gi",
+                        *params({**common, "input_service": "cluster:2"}),
+                        wait=False)["run_id"]  # fmt: skip
+    name = f"{job_name(served_run)}-data"
+    journal = shared_folder(kfp_profile.cluster) / f"journal-{name}"
+    journal.mkdir(mode=0o777, exist_ok=True)
+    journal.chmod(0o777)
+    # the node has no volume provisioner: the dispatcher's journal claim gets a volume of the
+    # node's folder, as a cluster's default StorageClass would give it one
+    volume = host_volume(kfp_profile.cluster, kfp_profile.namespace,
+                         f"journal-{name}-dispatcher-0", journal)  # fmt: skip
+    with volume, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        alone, served = pool.map(lambda run: watch(kfp_profile, run), (alone_run, served_run))
     assert alone.state == "SUCCEEDED", alone
     assert alone.trainjob["spec"]["trainer"]["numNodes"] == 2
     assert alone.images == {kfp_profile.images.component}  # pinned by its digest
@@ -428,19 +444,6 @@ def test_two_trainjob_nodes_train_on_s3_through_the_runs_own_service_as_without_
     assert model["properties"]["strategy"] == "CollectiveAllReduceStrategy"
     assert_images_compiled(kfp_profile, run_pods(kfp_profile, alone_run))
 
-    served_run = submit(kfp_profile, "training", "--launcher", "trainjob", *small,
-                        "--service-cpu-request", "100m", "--service-memory-request", "1Gi",
-                        *params({**common, "input_service": "cluster:2"}),
-                        wait=False)["run_id"]  # fmt: skip
-    name = f"{job_name(served_run)}-data"
-    journal = shared_folder(kfp_profile.cluster) / f"journal-{name}"
-    journal.mkdir(mode=0o777, exist_ok=True)
-    journal.chmod(0o777)
-    # the node has no volume provisioner: the dispatcher's journal claim gets a volume of the
-    # node's folder, as a cluster's default StorageClass would give it one
-    with host_volume(kfp_profile.cluster, kfp_profile.namespace,
-                     f"journal-{name}-dispatcher-0", journal):  # fmt: skip
-        served = watch(kfp_profile, served_run)
     assert served.state == "SUCCEEDED", served
     assert served.images == {kfp_profile.images.component}  # nodes, dispatcher, workers
     assert_images_compiled(kfp_profile, run_pods(kfp_profile, served_run))

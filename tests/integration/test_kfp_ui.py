@@ -390,6 +390,20 @@ def test_a_user_uploads_runs_and_inspects_the_retraining_pipeline_in_the_ui(
         page.get_by_label("Filter runs").fill(run_name)
         expect(page.locator('[data-testid="table-row"]')).to_have_count(1)
         shots.take(page, "runs")
+        # a second run of the same pipeline version in the same experiment (through the API:
+        # the shard step and training cached, the gate against the first run's model), started
+        # now so that it runs while the browser reads the first
+        from tfrecord_suite.kfp.endpoint import KfpEndpoint
+
+        api = KfpEndpoint(kfp_profile.host, kfp_profile.namespace,
+                          token_file=kfp_profile.token_file).client(kfp_profile.namespace)  # fmt: skip
+        first = api.get_run(run_id)
+        version = first.pipeline_version_reference
+        again = api.run_pipeline(
+            experiment_id=first.experiment_id, job_name=f"{run_name}-again",
+            params=first.runtime_config.parameters, pipeline_id=version.pipeline_id,
+            version_id=version.pipeline_version_id,
+        )  # fmt: skip
 
         # the graph: every step succeeded, the gate's sub-graph (promote) too
         page.locator('[data-testid="table-row"]', has_text=run_name).get_by_text(run_name).click()
@@ -424,20 +438,7 @@ def test_a_user_uploads_runs_and_inspects_the_retraining_pipeline_in_the_ui(
                 shots.take(page, name)
             close_panel(page)
 
-        # a second run of the same pipeline version in the same experiment (through the API:
-        # the shard step and training cached, the gate against the first run's model), then
-        # both side by side in Compare runs
-        from tfrecord_suite.kfp.endpoint import KfpEndpoint
-
-        api = KfpEndpoint(kfp_profile.host, kfp_profile.namespace,
-                          token_file=kfp_profile.token_file).client(kfp_profile.namespace)  # fmt: skip
-        first = api.get_run(run_id)
-        version = first.pipeline_version_reference
-        again = api.run_pipeline(
-            experiment_id=first.experiment_id, job_name=f"{run_name}-again",
-            params=first.runtime_config.parameters, pipeline_id=version.pipeline_id,
-            version_id=version.pipeline_version_id,
-        )  # fmt: skip
+        # both runs side by side in Compare runs
         second = api.wait_for_run_completion(again.run_id, timeout=RUN_TIMEOUT)
         assert second.state == "SUCCEEDED", second.error
         compared = compared_scalars(page, ui, [run_name, f"{run_name}-again"])

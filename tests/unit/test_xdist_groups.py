@@ -1,4 +1,4 @@
-"""make test's two workers: the groups of tests that keep to one worker name real markers, and
+"""make test's workers: the groups of tests that keep to one worker name real markers, and
 the Makefile runs pytest-xdist with the scheduling that honours them."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ def test_every_group_names_a_registered_marker():
     assert (ROOT / COMPONENTS_GROUP).is_dir()
 
 
-def test_make_test_runs_two_workers_that_keep_the_groups():
+def test_make_test_runs_three_workers_that_keep_the_groups():
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^PYTEST_WORKERS \?= 2$", makefile, re.M)
+    assert re.search(r"^PYTEST_WORKERS \?= 3$", makefile, re.M)
     assert "pytest -n $(PYTEST_WORKERS) --dist loadgroup" in makefile
 
 
