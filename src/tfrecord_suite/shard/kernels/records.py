@@ -41,6 +41,17 @@ def _put_varint(out: np.ndarray, at: int, value: np.uint64) -> int:
 
 
 @compiled
+def _put_le(out: np.ndarray, at: int, value: int, width: int) -> None:
+    """Write ``value``'s low ``width`` bytes at ``out[at:]``, little-endian.
+
+    TFRecord's lengths and CRCs, a float32's bits, the spill entries' lengths.
+    """
+    word = np.int64(value)
+    for b in range(width):
+        out[at + b] = (word >> (8 * b)) & 0xFF
+
+
+@compiled
 def _entry_sizes(kind: int, name_size: int, payload: int) -> tuple[int, int, int, int]:
     """(inner, feature, body, entry) sizes of one feature's map entry."""
     inner = 1 + _varint_size(U64(payload)) + payload
@@ -119,9 +130,8 @@ def encode_examples(
             at = _put_varint(out, at + 1, U64(payload))
             if kind == INT:
                 at = _put_varint(out, at, U64(value))
-            elif kind == FLOAT:
-                for b in range(4):
-                    out[at + b] = (value >> (8 * b)) & 0xFF
+            elif kind == FLOAT:  # the float32's bits, little-endian
+                _put_le(out, at, value, 4)
                 at += 4
             else:
                 at = copy_bytes(out, at, text, start[i, f], end[i, f])
@@ -191,12 +201,6 @@ def crc32c(data: np.ndarray) -> int:
 
 
 @compiled
-def _put_u32(out: np.ndarray, at: int, value: np.uint32) -> None:
-    for b in range(4):
-        out[at + b] = (value >> np.uint32(8 * b)) & np.uint32(0xFF)
-
-
-@compiled
 def frame_records(offsets: np.ndarray, data: np.ndarray, order: np.ndarray) -> np.ndarray:
     """The records ``order`` names, each framed as TFRecord frames it, one after another."""
     size = 0
@@ -206,11 +210,10 @@ def frame_records(offsets: np.ndarray, data: np.ndarray, order: np.ndarray) -> n
     at = 0
     for i in order:
         length = offsets[i + 1] - offsets[i]
-        for b in range(8):
-            out[at + b] = (length >> (8 * b)) & 0xFF
-        _put_u32(out, at + 8, _masked(_crc32c(out, at, at + 8)))
+        _put_le(out, at, length, 8)
+        _put_le(out, at + 8, _masked(_crc32c(out, at, at + 8)), 4)
         out[at + 12 : at + 12 + length] = data[offsets[i] : offsets[i + 1]]
-        _put_u32(out, at + 12 + length, _masked(_crc32c(data, offsets[i], offsets[i + 1])))
+        _put_le(out, at + 12 + length, _masked(_crc32c(data, offsets[i], offsets[i + 1])), 4)
         at += 16 + length
     return out
 
@@ -246,8 +249,7 @@ def spill_entries(
     at = 0
     for i in order:
         length = offsets[i + 1] - offsets[i]
-        for b in range(4):
-            out[at + b] = (length >> (8 * b)) & 0xFF
+        _put_le(out, at, length, 4)
         for b in range(16):
             out[at + 4 + b] = digests[i, b]
         out[at + 20 : at + 20 + length] = data[offsets[i] : offsets[i + 1]]
