@@ -37,9 +37,13 @@ demo: $(STAMP)
 # to one worker each (tests/conftest.py XDIST_GROUPS); PYTEST_WORKERS=0 runs them in this one
 # process
 PYTEST_WORKERS ?= 3
+# tfrecord_suite.shard.warm caches the shard step's compiled loops beside their modules before
+# the workers start: in a fresh clone each test process would otherwise compile those it calls
+# until one of them has cached them
 test: $(STAMP) real-parts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m tfrecord_suite.shard.warm
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP) real-parts-s3
