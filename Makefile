@@ -124,7 +124,7 @@ release-files: $(STAMP)
 # from the sources pinned in tests/realparts/versions.env into ~/.cache/tfrecord-suite/realparts.
 # `make cluster-down` stops it and removes everything it made; `make test-cluster` runs the
 # `cluster` tests (bringing a cluster up for the session where none runs; the `kfp` and `ui`
-# tests among them). docs/how-to/one-node-cluster.md says what they prove and how long they take.
+# tests among them) on two workers that share it (tests/support.py CLUSTER_GROUPS says why). docs/how-to/one-node-cluster.md says what they prove and how long they take.
 CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
 # chromium: the browser tests/integration/test_kfp_ui.py drives the Kubeflow UI with; awscli:
 # the upload tests/integration/test_kubeflow_walk.py types as docs/deploy.md says
@@ -146,7 +146,7 @@ cluster-down: $(STAMP)
 	$(CLUSTER_PYTHON) -m cluster down
 
 test-cluster: $(STAMP) cluster-parts
-	TFRS_CLUSTER=1 $(CLUSTER_PYTHON) -m pytest -m cluster $(PYTEST_ARGS)
+	TFRS_CLUSTER=1 $(CLUSTER_PYTHON) -m pytest -m cluster -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) local_outputs demo-bucket bench-results site

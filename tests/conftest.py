@@ -13,8 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 from support import (
+    CLUSTER_GROUPS,
     COMPONENTS_GROUP,
     XDIST_GROUPS,
+    cluster_group,
     emulator_env,
     free_port,
     launcher_account,
@@ -31,12 +33,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test of :data:`XDIST_GROUPS` (and the components' tests) in its group; under
     workers, the groups first: each worker takes a long group early, then they share the rest."""
-    order = [*XDIST_GROUPS.values(), COMPONENTS_GROUP]
+    order = [*XDIST_GROUPS.values(), COMPONENTS_GROUP, *dict.fromkeys(CLUSTER_GROUPS.values())]
     rank = {}
     for item in items:
         group = next((g for m, g in XDIST_GROUPS.items() if item.get_closest_marker(m)), None)
         if group is None and item.path.relative_to(config.rootpath).parts[0] == "components":
             group = COMPONENTS_GROUP
+        if group is None and item.get_closest_marker("cluster"):
+            group = cluster_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
         rank[item.nodeid] = order.index(group) if group else len(order)
@@ -274,38 +278,67 @@ def k8s_nodes(k8s):
 # ----------------------------------------------------------------- a one-node cluster (tests/cluster)
 
 
-@pytest.fixture(scope="session")
-def one_node_cluster():
-    """A one-node Kubernetes cluster on this machine (tests/cluster/node.py): the one `make
-    cluster-up` left running, or, with TFRS_CLUSTER=1 (`make test-cluster`), one brought up for
-    the session and taken down at its end. Otherwise the tests skip (bringing a cluster up
-    takes the machine's root, its bridge and minutes: it is asked for, not assumed); with
-    TFRS_CLUSTER=1 a cluster that cannot come up fails them.
+#: ``config.stash`` key: this session brought the cluster up, and takes it down at its end
+_CLUSTER_OURS = pytest.StashKey[bool]()
 
-    The session brings it up as `make cluster-up` does, with `python -m cluster up` in a
-    process of its own that has ended before any test runs, so every test uses a cluster that
-    outlived the process that started it. Add-ons (the Trainer, Kubeflow Pipelines) are
-    installed by the fixtures of the tests that need them.
-    """
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With TFRS_CLUSTER=1 (`make test-cluster`) and no cluster running, bring one up for the
+    session, as `make cluster-up` does: ``python -m cluster up`` in a process of its own that
+    has ended before any test runs, so every test uses a cluster that outlived the process
+    that started it. Done here, in the process that starts pytest-xdist's workers and before
+    it starts them (xdist starts them last), so that the workers share one cluster; a cluster
+    that cannot come up ends the session. Add-ons (the Trainer, Kubeflow Pipelines) are
+    installed by the fixtures of the tests that need them (``bringup.Cluster.exclusive``:
+    by one worker at a time)."""
     import sys
 
+    if hasattr(session.config, "workerinput") or os.environ.get("TFRS_CLUSTER") != "1":
+        return
     from cluster import bringup, node
 
     running = bringup.Cluster.load()
     if running is not None and running.pids and all(running.alive().values()):
-        yield running
         return
-    if os.environ.get("TFRS_CLUSTER") != "1":
-        pytest.skip("no one-node cluster running: `make cluster-up`, or `make test-cluster`")
     try:
-        subprocess.run(
+        up = subprocess.run(
             [sys.executable, "-m", "cluster", "up", "--no-trainer", "--no-kfp"],
-            check=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
-        yield bringup.Cluster.load()
-    finally:
+    except BaseException:
         node.down()
+        raise
+    if up.returncode != 0:
+        node.down()  # pytest does not finish a session that did not start
+        pytest.exit(f"the one-node cluster did not come up (`python -m cluster up` exited "
+                    f"{up.returncode}: its output is above)", returncode=1)  # fmt: skip
+    session.config.stash[_CLUSTER_OURS] = True
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's workers have ended
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Take down the cluster :func:`pytest_sessionstart` brought up."""
+    if session.config.stash.get(_CLUSTER_OURS, False):
+        from cluster import node
+
+        node.down()
+
+
+@pytest.fixture(scope="session")
+def one_node_cluster():
+    """The one-node Kubernetes cluster on this machine (tests/cluster/node.py): the one `make
+    cluster-up` left running, or the one this session brought up (TFRS_CLUSTER=1, `make
+    test-cluster`: :func:`pytest_sessionstart`). Otherwise the tests skip (bringing a cluster
+    up takes the machine's root, its bridge and minutes: it is asked for, not assumed)."""
+    from cluster import bringup
+
+    running = bringup.Cluster.load()
+    if running is not None and running.pids and all(running.alive().values()):
+        return running
+    if os.environ.get("TFRS_CLUSTER") == "1":
+        alive = running.alive() if running is not None else {}
+        pytest.fail(f"the session's one-node cluster is not running: {alive or 'no state'}")
+    pytest.skip("no one-node cluster running: `make cluster-up`, or `make test-cluster`")
 
 
 #: Pod Security ``restricted``, enforced: stricter than a Kubeflow profile's namespace, which
@@ -342,7 +375,8 @@ def kfp_profile(one_node_cluster, tmp_path_factory):
     from cluster import node
 
     cluster = node.add(one_node_cluster, trainer=True, kfp=True)
-    return kfp.user_profile(cluster, tmp_path_factory.mktemp("kfp"))
+    with cluster.exclusive():  # the other worker's tests may be setting it up too
+        return kfp.user_profile(cluster, tmp_path_factory.mktemp("kfp"))
 
 
 @pytest.fixture

@@ -27,6 +27,35 @@ from realparts.processes import free_port as free_port
 #: their session's kfp.local runs (components/conftest.py), a group of their own too.
 XDIST_GROUPS = {"containers": "podman", "k8s": "k8s", "runners": "runners"}
 COMPONENTS_GROUP = "components"
+#: ``make test-cluster`` runs the ``cluster`` tests on two workers, one group each, sharing the
+#: one cluster (its add-ons installed by one worker at a time: ``bringup.Cluster.exclusive``).
+#: While one test waits on the cluster (a pod scheduled, a run's next step, the Trainer), the
+#: CPU idles most of the time: two at once keep it busy. What must not overlap is in one group:
+#: the runs that launch TrainJobs from Kubeflow Pipelines (the profile's namespace) and
+#: ``test_cluster_training.py``, which gives the one ClusterTrainingRuntime a claim that only its
+#: own namespaces have (a TrainJob made meanwhile in the profile waits on that claim forever).
+#: The groups are about equally long: that, the profile's other runs and the launcher's in one;
+#: in the other, the node's own tests, the NetworkPolicy's, the UI's, the deploy page's walk
+#: (its own profile) and the profile's recurring and CronJob runs. ``test file`` or
+#: ``test file::test`` -> group; the rest of the ``cluster`` tests are in
+#: :data:`CLUSTER_NODE_GROUP`.
+CLUSTER_NODE_GROUP = "cluster-node"
+CLUSTER_GROUPS = {
+    "test_kfp.py": "kfp-runs",
+    "test_cluster_training.py": "kfp-runs",
+    "test_kfp.py::test_the_cronjob_starts_a_run_and_its_role_denies_the_rest": CLUSTER_NODE_GROUP,
+    "test_kfp.py::test_a_recurring_run_starts_runs_on_its_schedule": CLUSTER_NODE_GROUP,
+}
+
+
+def cluster_group(item: pytest.Item) -> str:
+    """The group of a ``cluster`` test (:data:`CLUSTER_GROUPS`)."""
+    return cluster_group_of(item.path.name, item.originalname)  # type: ignore[attr-defined]
+
+
+def cluster_group_of(file: str, test: str) -> str:
+    """The group of the ``cluster`` test ``test`` of the test file ``file``."""
+    return CLUSTER_GROUPS.get(f"{file}::{test}") or CLUSTER_GROUPS.get(file) or CLUSTER_NODE_GROUP
 
 
 def unavailable(reason: str) -> NoReturn:

@@ -12,12 +12,14 @@ another process (a test session, ``cluster-down``) find the running cluster.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,10 @@ DEFAULT_STATE = Path("/var/lib/tfrecord-suite/cluster")
 def state_dir() -> Path:
     """``$TFRS_CLUSTER_DIR`` or the default."""
     return Path(os.environ.get(STATE_ENV) or DEFAULT_STATE)
+
+
+#: How deep this process holds each state folder's lock (:meth:`Cluster.exclusive`)
+_HELD: dict[Path, int] = {}
 
 
 @dataclasses.dataclass
@@ -90,17 +96,49 @@ class Cluster:
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
 
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[Cluster]:
+        """Change the cluster (run a step, load an image) with no other process doing so.
+
+        The cluster tests run on two pytest-xdist workers, and each installs the add-ons and
+        loads the images it needs: two installs at once would fight over the same objects, and
+        each process's ``state.json`` would drop what the other saved. Inside, this process
+        holds the state folder's lock (``flock``; taken again inside, it is held already) and
+        has read the steps done and the images loaded as the last holder saved them."""
+        key = self.state.resolve()
+        if _HELD.get(key):
+            _HELD[key] += 1
+            try:
+                yield self
+            finally:
+                _HELD[key] -= 1
+            return
+        self.state.mkdir(parents=True, exist_ok=True)
+        with open(self.state / "state.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _HELD[key] = 1
+            try:
+                saved = Cluster.load(self.state)
+                if saved is not None:
+                    self.steps.update(saved.steps)
+                    self.loaded_ids.update(saved.loaded_ids)
+                yield self
+            finally:
+                _HELD[key] = 0
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def load_images(self, names: list[str]) -> None:
         """Load these images from podman's storage into the node where it lacks them or holds
         an older build (podman's image ID differs from the one loaded)."""
         ctr = ensure_built("containerd") / "bin" / "ctr"
-        have = images.loaded(ctr, self.containerd_socket)
-        ids = {n: images.image_id(n) for n in names}
-        stale = [n for n in names if n not in have or self.loaded_ids.get(n) != ids[n]]
-        if stale:
-            images.load(stale, ctr, self.containerd_socket)
-            self.loaded_ids.update({n: ids[n] for n in stale})
-            self.save()
+        with self.exclusive():
+            have = images.loaded(ctr, self.containerd_socket)
+            ids = {n: images.image_id(n) for n in names}
+            stale = [n for n in names if n not in have or self.loaded_ids.get(n) != ids[n]]
+            if stale:
+                images.load(stale, ctr, self.containerd_socket)
+                self.loaded_ids.update({n: ids[n] for n in stale})
+                self.save()
 
     def image_digest(self, name: str) -> str:
         """The digest the node's containerd holds the loaded image ``name`` by (tagged
@@ -188,16 +226,19 @@ class Step:
 
 
 def run_steps(cluster: Cluster, steps: tuple[Step, ...] | list[Step]) -> None:
-    """Run each step not done yet, in order: time it, say it, save the state after it."""
+    """Run each step not done yet, in order: time it, say it, save the state after it. Each
+    step holds the cluster's lock (:meth:`Cluster.exclusive`): a step another process is
+    running is waited for, and then found done."""
     for step in steps:
-        if step.name in cluster.steps:
-            continue
-        started = time.monotonic()
-        try:
-            step.run(cluster)
-        except Exception as exc:
+        with cluster.exclusive():
+            if step.name in cluster.steps:
+                continue
+            started = time.monotonic()
+            try:
+                step.run(cluster)
+            except Exception as exc:
+                cluster.save()
+                raise ClusterError(f"{step.name}: {exc}") from exc
+            cluster.steps[step.name] = round(time.monotonic() - started, 1)
             cluster.save()
-            raise ClusterError(f"{step.name}: {exc}") from exc
-        cluster.steps[step.name] = round(time.monotonic() - started, 1)
-        cluster.save()
         print(f"  {step.name}: {cluster.steps[step.name]:.0f} s", flush=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -407,8 +408,8 @@ def apply_suite_overlay(
 
     from tfrecord_suite.images import DEFAULT_REGISTRY, DEFAULT_TAG
 
-    overlay = cluster.state / "suite-k8s"
-    shutil.rmtree(overlay, ignore_errors=True)
+    # a copy of its own: the tests on the other pytest-xdist worker may be applying theirs
+    overlay = Path(tempfile.mkdtemp(prefix="suite-k8s-", dir=cluster.state)) / "k8s"
     shutil.copytree(HERE.parent.parent / "k8s", overlay)
     images_file = overlay / "images" / "kustomization.yaml"
     text = images_file.read_text()

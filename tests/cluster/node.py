@@ -281,11 +281,10 @@ def up(
         cluster = Cluster(state)
     started = time.monotonic()
     steps = [*STEPS, *addons.steps(trainer=trainer, kfp=kfp)]
-    if suite_images:
-        steps.append(Step("suite images", lambda c: c.load_images(list(suite_images))))
-        cluster.steps.pop("suite images", None)  # loads only what changed: run it each time
     todo = [s.name for s in steps if s.name not in cluster.steps]
     run_steps(cluster, steps)
+    if suite_images:  # each time: it loads only what changed
+        cluster.load_images(list(suite_images))
     if todo:
         print(f"cluster up in {time.monotonic() - started:.0f} s; "
               f"KUBECONFIG={cluster.control_plane.admin_kubeconfig}")  # fmt: skip

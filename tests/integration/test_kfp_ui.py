@@ -149,7 +149,7 @@ def browser(kfp_profile: Any, tmp_path: Path) -> Iterator[Any]:
             pytest.fail(message)
         pytest.skip(message)
     from cluster import kubeflow_pipelines as kfp
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     library = DASHBOARD_LIBRARY % json.dumps(kfp_profile.namespace)
     with sync_playwright() as playwright:
@@ -162,6 +162,10 @@ def browser(kfp_profile: Any, tmp_path: Path) -> Iterator[Any]:
             viewport={"width": 1400, "height": 900},
         )
         context.set_default_timeout(60_000)
+        # expect()'s own default is 5 s: on the 2-CPU node shared with the other worker's
+        # runs, the run page took longer than that to load its run ("Currently loading run
+        # information"); how fast the UI loads is not what these tests prove
+        expect.set_options(timeout=60_000)
         context.route(
             f"{kfp_profile.ui}/dashboard_lib.bundle.js",
             lambda route: route.fulfill(content_type="text/javascript", body=library),

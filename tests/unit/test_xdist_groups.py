@@ -59,3 +59,45 @@ def test_the_groups_keep_to_one_worker_under_the_pinned_pytest_and_xdist(tmp_pat
         workers = {(tmp_path / f"{mark}_{i}").read_text() for i in range(marks[mark])}
         assert len(workers) == 1, (mark, workers)
         assert f"test_{mark}_0@{group}" in proc.stdout
+
+
+def test_each_cluster_group_names_cluster_tests_that_exist_and_make_runs_them_on_two_workers():
+    """A renamed test or file would fall silently into the other cluster group (and onto the
+    worker whose share of the time the groups were balanced against)."""
+    import ast
+
+    from support import CLUSTER_GROUPS, CLUSTER_NODE_GROUP
+
+    integration = ROOT / "tests" / "integration"
+    for key in CLUSTER_GROUPS:
+        name, _, test = key.partition("::")
+        source = (integration / name).read_text()
+        assert "pytest.mark.cluster" in source, key
+        if test:
+            defined = {
+                n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)
+            }
+            assert test in defined, key
+    assert len({*CLUSTER_GROUPS.values(), CLUSTER_NODE_GROUP}) == 2
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"pytest -m cluster -n 2 --dist loadgroup", makefile)
+
+
+def test_the_kfp_runs_that_launch_trainjobs_share_a_group_with_the_runtime_s_patch():
+    """test_cluster_training.py gives the one ClusterTrainingRuntime a claim its namespaces
+    have and the profile's does not: a run launching TrainJobs in the profile meanwhile would
+    wait forever on nodes that cannot be scheduled (seen on two workers with them apart)."""
+    import ast
+
+    from support import cluster_group_of
+
+    training = {cluster_group_of("test_cluster_training.py", "any")}
+    source = (ROOT / "tests" / "integration" / "test_kfp.py").read_text()
+    launching = [
+        node.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+        and re.search(r'"workers": *2', ast.get_source_segment(source, node) or "")
+    ]  # fmt: skip
+    assert launching, "no run in test_kfp.py launches a TrainJob of two nodes any more"
+    assert {cluster_group_of("test_kfp.py", name) for name in launching} == training
