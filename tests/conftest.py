@@ -298,7 +298,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from cluster import bringup, node
 
     running = bringup.Cluster.load()
-    if running is not None and running.pids and all(running.alive().values()):
+    if running is not None and running.is_running():
         return
     try:
         up = subprocess.run(
@@ -333,7 +333,7 @@ def one_node_cluster():
     from cluster import bringup
 
     running = bringup.Cluster.load()
-    if running is not None and running.pids and all(running.alive().values()):
+    if running is not None and running.is_running():
         return running
     if os.environ.get("TFRS_CLUSTER") == "1":
         alive = running.alive() if running is not None else {}

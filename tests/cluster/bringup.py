@@ -149,6 +149,10 @@ class Cluster:
         """Whether each of its processes still runs."""
         return {name: host.running(pid, name) for name, pid in self.pids.items()}
 
+    def is_running(self) -> bool:
+        """Whether it was brought up and every one of its processes still runs."""
+        return bool(self.pids) and all(self.alive().values())
+
     def log(self, name: str) -> str:
         """The last lines of a process's log."""
         return processes.log_tail(self.state / "logs" / f"{name}.log")
