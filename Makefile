@@ -124,7 +124,8 @@ release-files: $(STAMP)
 # from the sources pinned in tests/realparts/versions.env into ~/.cache/tfrecord-suite/realparts.
 # `make cluster-down` stops it and removes everything it made; `make test-cluster` runs the
 # `cluster` tests (bringing a cluster up for the session where none runs; the `kfp` and `ui`
-# tests among them) on two workers that share it (tests/support.py CLUSTER_GROUPS says why). docs/how-to/one-node-cluster.md says what they prove and how long they take.
+# tests among them) on two workers that share it (tests/support.py CLUSTER_GROUPS says why).
+# docs/how-to/one-node-cluster.md says what they prove and how long they take.
 CLUSTER_PYTHON := PYTHONPATH=$(CURDIR)/src:$(CURDIR)/tests $(BIN)/python
 # chromium: the browser tests/integration/test_kfp_ui.py drives the Kubeflow UI with; awscli:
 # the upload tests/integration/test_kubeflow_walk.py types as docs/deploy.md says

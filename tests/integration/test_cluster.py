@@ -163,8 +163,9 @@ def test_the_cluster_outlives_the_process_that_brought_it_up(one_node_cluster):
     """`make cluster-up` exits once the cluster is up; every process it started, etcd
     included, keeps running for the `kubectl` and test sessions that come after. The session
     (conftest's ``pytest_sessionstart``) brought this cluster up in a process of its own that
-    has ended (as `make cluster-up` does), and this test reads it from another (a worker): each process is alive and the API
-    server answers (it did not when etcd was tied to the process that started it)."""
+    has ended (as `make cluster-up` does), and this test reads it from another (a worker): each
+    process is alive and the API server answers (it did not when etcd was tied to the process
+    that started it)."""
     from cluster import bringup, node
 
     cluster = bringup.Cluster.load()
