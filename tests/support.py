@@ -182,10 +182,12 @@ def served_probabilities(export_dir: str, files: list[str], batch: int) -> np.nd
     )
 
 
-def multi_worker_train(args: list[str], workers: int = 2, timeout: float = 600) -> list[dict]:
+def multi_worker_train(
+    args: list[str], workers: int = 2, timeout: float = 600, env: dict[str, str] | None = None
+) -> list[dict]:
     """``tfrecord-suite train ARGS --strategy multi_worker --json`` as ``workers`` processes
-    forming one MultiWorkerMirroredStrategy cluster on 127.0.0.1 (``TF_CONFIG``); each one's
-    JSON summary, after all succeeded."""
+    forming one MultiWorkerMirroredStrategy cluster on 127.0.0.1 (``TF_CONFIG``), with ``env``
+    added to this environment; each one's JSON summary, after all succeeded."""
     import json
     import sys
 
@@ -204,6 +206,7 @@ def multi_worker_train(args: list[str], workers: int = 2, timeout: float = 600) 
             ],
             env={
                 **os.environ,
+                **(env or {}),
                 "TF_CONFIG": json.dumps(
                     {"cluster": cluster, "task": {"type": "worker", "index": i}}
                 ),

@@ -323,9 +323,19 @@ def reader_env() -> dict[str, str]:
     return {**env, **QUIET, "PATH": os.pathsep.join(path)}
 
 
+def reads() -> list[list[str]]:
+    """The runnable pages grouped by what their reader types: pages whose readers type the same
+    script (README's quick start is Getting started's commands) are one run, not one each."""
+    groups: dict[str, list[str]] = {}
+    for page in RUNNABLE_PAGES:
+        groups.setdefault(reader_script(page), []).append(page)
+    return list(groups.values())
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("page", RUNNABLE_PAGES)
-def test_a_reader_runs_the_page_verbatim_on_a_fresh_clone(page, tmp_path):
+@pytest.mark.parametrize("pages", reads(), ids=["+".join(pages) for pages in reads()])
+def test_a_reader_runs_the_page_verbatim_on_a_fresh_clone(pages, tmp_path):
+    page = pages[0]  # the others type the same script
     clone = fresh_clone(str(tmp_path / "clone"))
     env = reader_env()
     found = subprocess.run(["bash", "-c", "command -v tfrecord-suite"], env=env, cwd=clone)
@@ -335,13 +345,21 @@ def test_a_reader_runs_the_page_verbatim_on_a_fresh_clone(page, tmp_path):
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=clone, capture_output=True, text=True, env=env, timeout=1500,
     )  # fmt: skip
-    assert proc.returncode == 0, f"{page}:\n{script}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{'+'.join(pages)}:\n{script}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    )
     # what the pages say of the printed `model:` folder: the SavedModel, metrics, the report
     for folder in re.findall(r"^model: (.+)$", proc.stdout, re.M):
         folder = os.path.join(clone, folder)
         assert os.path.isdir(os.path.join(folder, "export")), folder
         assert os.path.isfile(os.path.join(folder, "metrics.json")), folder
         assert os.path.isfile(os.path.join(folder, "report.md")), folder
+
+
+def test_the_readmes_quick_start_is_getting_starteds_commands_in_its_order():
+    """README says so; it is also why the two pages are read in one run."""
+    assert reader_script("README.md") == reader_script("docs/getting-started.md")
+    assert ["README.md", "docs/getting-started.md"] in reads()
 
 
 def test_the_readme_and_getting_started_are_followed_from_their_set_up():

@@ -161,16 +161,21 @@ def test_mirrored_strategy_over_two_logical_cpus(published_digits, tmp_path):
 
 @pytest.mark.slow
 def test_multi_worker_two_processes_agree_on_weights(published_digits, tmp_path):
+    scratch = tmp_path / "tmp"  # the workers' temporary folder
+    scratch.mkdir()
     outs = multi_worker_train(
         ["--dataset", published_digits["ref"], "--model-dir", str(tmp_path / "model"),
          "--epochs", "2", "--batch-size", "16"],
-        timeout=400,
+        timeout=400, env={"TMPDIR": str(scratch)},
     )  # fmt: skip
     assert [o["strategy"] for o in outs] == ["CollectiveAllReduceStrategy"] * 2  # = MWMS
     assert outs[0]["replicas"] == 2
     assert outs[0]["weights_digest"] == outs[1]["weights_digest"]
     assert [o["chief"] for o in outs] == [True, False]
     assert json.loads((tmp_path / "model" / "metrics.json").read_text())["chief"] is True
+    # the other worker exported too (saving is collective), into a folder it deleted
+    assert outs[1]["export_dir"] == ""
+    assert sorted(p.name for p in scratch.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ class TrainMetrics:
         weights_digest: Digest of the trained weights.
         chief: Whether this process was the chief.
         model_dir: The model folder.
-        export_dir: The serving SavedModel's folder.
+        export_dir: The serving SavedModel's folder (the chief's; "" on another worker).
         serving_check: Accuracy and confusion matrix through the serving signature on the test
             split (classification, chief only; None otherwise).
 

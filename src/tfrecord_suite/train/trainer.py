@@ -668,18 +668,25 @@ def _evaluate(config: TrainConfig, data: _Input, built: _Model) -> dict[str, dic
 def _export(data: _Input, built: _Model, model_dir: str, chief: bool) -> str:
     """Export the serving SavedModel, the Keras file and the fitted feature state.
 
-    Every worker exports (the chief's copy is the one kept); returns the export folder.
+    Every worker exports: saving under a multi-worker strategy is collective. The chief's copy
+    is the one kept; another worker's goes to a temporary folder it deletes, and its export
+    folder is then "".
     """
     from tfrecord_suite.train import features
 
-    work_dir = model_dir if chief else tempfile.mkdtemp(prefix="worker-")
-    export_dir = storage.join(work_dir, EXPORT_DIR)
+    if not chief:
+        with tempfile.TemporaryDirectory(prefix="tfrs-worker-export-") as scratch:
+            export_serving_model(
+                built.model, built.decoder, data.schema, storage.join(scratch, EXPORT_DIR),
+                built.preprocessor,
+            )  # fmt: skip
+        return ""
+    export_dir = storage.join(model_dir, EXPORT_DIR)
     export_serving_model(built.model, built.decoder, data.schema, export_dir, built.preprocessor)
-    if chief:
-        # the trainable part as a Keras file, for fine-tuning and for checking train/serve parity
-        built.model.save(storage.join(model_dir, KERAS_FILE))
-        if built.feature_state is not None:
-            features.save(model_dir, *built.feature_state)
+    # the trainable part as a Keras file, for fine-tuning and for checking train/serve parity
+    built.model.save(storage.join(model_dir, KERAS_FILE))
+    if built.feature_state is not None:
+        features.save(model_dir, *built.feature_state)
     return export_dir
 
 
