@@ -32,7 +32,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test of :data:`XDIST_GROUPS` (and the components' tests) in its group; under
-    workers, the groups first: each worker takes a long group early, then they share the rest."""
+    workers, the groups first: each worker takes a long group early, then they share the rest,
+    its ``slow`` and ``e2e`` tests first (the longest first, so that no worker starts one when
+    the others are nearly done)."""
     order = [*XDIST_GROUPS.values(), COMPONENTS_GROUP, *dict.fromkeys(CLUSTER_GROUPS.values())]
     rank = {}
     for item in items:
@@ -43,7 +45,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = cluster_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        rank[item.nodeid] = order.index(group) if group else len(order)
+        long = item.get_closest_marker("slow") or item.get_closest_marker("e2e")
+        rank[item.nodeid] = (order.index(group) if group else len(order), not long)
     if config.getoption("numprocesses", None):
         items.sort(key=lambda item: rank[item.nodeid])
 

@@ -258,6 +258,7 @@ def test_write_ratios_against_the_peers_and_the_ceilings():
     assert "512 MB peak resident memory" in text
 
 
+@pytest.mark.slow
 def test_the_write_part_measures_every_variant_on_small_tables(tmp_path, monkeypatch):
     """The whole part on a small generated table and a small real-table stand-in (3 formats)."""
     from benchmarks import core
@@ -386,6 +387,7 @@ def test_every_read_variant_reads_full_batches_of_a_real_version(tmp_path):
         assert drained.items == 4 * 32 and drained.steady_items == 3 * 32, name
 
 
+@pytest.mark.slow
 def test_image_part_measures_every_variant_on_real_jpegs(tmp_path, monkeypatch):
     """The images part end to end on tiny photo sets: a 28 px model, 32 px and 64 px JPEGs."""
     monkeypatch.setattr(images, "IMAGE_MODEL_SIZE", 28)  # resized to 32, cropped to 28

@@ -85,6 +85,7 @@ def test_each_worker_draws_seeds_of_its_own_and_the_same_each_run():
     assert streams[0] != streams[1] and first == again
 
 
+@pytest.mark.slow
 def test_a_dispatcher_killed_mid_pass_resumes_from_its_journal(numbered, record_property):
     """The dispatcher SIGKILLed mid-pass and started again at its port with its journal on
     disk (what a StatefulSet does with its pod and volume claim): the pass goes on to the end
@@ -121,6 +122,7 @@ def _ids_of_files(ref, split, config, keep):
     return set(_ids(make_dataset(kept, Schema.from_dict(manifest.schema), config)))
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_pass_is_restarted_and_no_record_is_lost(numbered):
     one_pass = ReaderConfig(batch_size=64, repeat=False)
     expected = set(_ids(dataset_for_split(numbered, "train", one_pass)))
@@ -149,6 +151,7 @@ def test_a_worker_killed_mid_pass_is_restarted_and_no_record_is_lost(numbered):
     assert sum(served.values()) > len(expected)
 
 
+@pytest.mark.slow
 def test_training_with_a_worker_killed_mid_epoch_sees_every_example(numbered, record_property):
     """A model trains on one epoch read through two workers at other addresses; worker-0 is
     SIGKILLed once it has delivered examples of its own files, and comes back at its address:
@@ -323,6 +326,7 @@ def test_workers_stage_their_shares_of_an_s3_version_and_serve_every_record_once
     assert served == expected
 
 
+@pytest.mark.slow
 @pytest.mark.s3
 def test_training_on_s3_through_local_workers_matches_training_without_them(
     s3_server, published_digits, tmp_path

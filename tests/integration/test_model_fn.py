@@ -67,6 +67,7 @@ def test_model_fn_through_the_cli(published_digits, tmp_path, user_module):
     assert any("user_hidden" in n for n in _layer_names(os.path.join(model_dir, "export")))
 
 
+@pytest.mark.slow
 def test_bad_model_fn_fails_with_one_line_naming_it(published_digits, tmp_path, user_module):
     for spec, expected in (
         ("my_models", "write module:function"),

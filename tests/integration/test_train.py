@@ -97,6 +97,7 @@ def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_pat
     assert out["class_name"].dtype == tf.string
 
 
+@pytest.mark.slow
 def test_a_reproducible_run_trains_to_the_same_weights_twice(published_digits, tmp_path):
     """``--reproducible`` (op determinism for the run, the reader's order kept): a run here and
     one through the CLI, on the same version and seed, end with the same weights, bit for bit,
@@ -142,6 +143,7 @@ def test_refuses_version_failing_verification(published_digits, tmp_path):
     assert 0 < lost <= manifest.shards[0]["records"]
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_over_two_logical_cpus(published_digits, tmp_path):
     m = cli_train(
         published_digits["ref"],
