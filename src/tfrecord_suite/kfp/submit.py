@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import tempfile
@@ -12,6 +13,19 @@ from typing import Any
 from tfrecord_suite.errors import UserError
 
 
+@functools.cache
+def parameter_types(pipeline: str) -> dict[str, str]:
+    """Each parameter of ready pipeline ``pipeline`` and its kfp type (``Integer``, ``String``...).
+
+    Building a pipeline takes seconds; its parameters do not depend on where it is placed or
+    deployed, so one build per pipeline and process answers every question.
+    """
+    from tfrecord_suite.kfp.compile import build
+
+    inputs = build(pipeline).component_spec.inputs or {}
+    return {name: spec.type for name, spec in inputs.items()}
+
+
 def parse_params(pairs: Sequence[str], pipeline: str = "retraining") -> dict[str, Any]:
     """``["k=v", ...]`` -> ``{k: v}``, typed by the ready pipeline's parameter declarations.
 
@@ -19,9 +33,7 @@ def parse_params(pairs: Sequence[str], pipeline: str = "retraining") -> dict[str
         UserError: A pair without ``=``, an unknown parameter, or a value of the wrong type.
 
     """
-    from tfrecord_suite.kfp.compile import build
-
-    inputs = build(pipeline).component_spec.inputs or {}
+    inputs = parameter_types(pipeline)
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -29,7 +41,7 @@ def parse_params(pairs: Sequence[str], pipeline: str = "retraining") -> dict[str
             raise UserError(f"--param {pair!r}: write name=value")
         if key not in inputs:
             raise UserError(f"--param {key!r} is not a pipeline parameter; known: {sorted(inputs)}")
-        kind = inputs[key].type
+        kind = inputs[key]
         try:
             if kind == "Integer":
                 out[key] = int(value)
