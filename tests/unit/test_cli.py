@@ -71,6 +71,24 @@ def test_bad_input_gives_one_clear_line(tmp_path, args, message):
     assert "Traceback" not in proc.stderr
 
 
+def test_input_that_is_not_there_fails_before_beam_or_tensorflow_is_imported(tmp_path):
+    """A mistyped path costs the user a second, not the seconds Beam's import takes."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from tfrecord_suite.cli.main import main\n"
+        "for cmd in ('shard', 'run'):\n"
+        "    out = '--output' if cmd == 'shard' else '--workdir'\n"
+        "    result = CliRunner().invoke(main, [cmd, '--input', '/definitely/missing', out, 'o'])\n"
+        "    assert result.exit_code == 2 and 'does not exist' in result.output, result.output\n"
+        "heavy = [m for m in ('tensorflow', 'apache_beam', 'keras') if m in sys.modules]\n"
+        "print(heavy); sys.exit(bool(heavy))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_shard_publish_list_verify_diff_alias_as_json(tmp_path, jsonl_file):
     runner = CliRunner()
 

@@ -373,10 +373,7 @@ def key_as_metadata(schema: Schema, key_column: str) -> Schema:
 
 def _plan_job(config: ShardConfig) -> _ShardJob:
     """Resolve the input, format and schema; prepare the output and the temporary folders."""
-    from tfrecord_suite.shard.spill import bucket_count
-    from tfrecord_suite.shard.transforms import Spill
-
-    files = sources.resolve_inputs(config.input)
+    files = sources.resolve_inputs(config.input)  # before Beam is imported: bad input in a second
     fmt = sources.resolve_format(config.format, config.input, files)
     output = storage.normalize(config.output)
     _prepare_output(output, config.overwrite)
@@ -391,6 +388,9 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
     job = _ShardJob(list(files), fmt, output, schema, splits, temp_dir)
     if config.uses_disk_shuffle():
+        from tfrecord_suite.shard.spill import bucket_count
+        from tfrecord_suite.shard.transforms import Spill
+
         # serialized examples run ~2-3x their CSV size, and the plan wants ~10 files per reader
         # even for small splits: shards a bucket spans are read once per shard
         estimated_shards = max(
