@@ -332,8 +332,11 @@ def reads() -> list[list[str]]:
     return list(groups.values())
 
 
+READS = reads()
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("pages", reads(), ids=["+".join(pages) for pages in reads()])
+@pytest.mark.parametrize("pages", READS, ids=["+".join(pages) for pages in READS])
 def test_a_reader_runs_the_page_verbatim_on_a_fresh_clone(pages, tmp_path):
     page = pages[0]  # the others type the same script
     clone = fresh_clone(str(tmp_path / "clone"))
@@ -359,7 +362,7 @@ def test_a_reader_runs_the_page_verbatim_on_a_fresh_clone(pages, tmp_path):
 def test_the_readmes_quick_start_is_getting_starteds_commands_in_its_order():
     """README says so; it is also why the two pages are read in one run."""
     assert reader_script("README.md") == reader_script("docs/getting-started.md")
-    assert ["README.md", "docs/getting-started.md"] in reads()
+    assert ["README.md", "docs/getting-started.md"] in READS
 
 
 def test_the_readme_and_getting_started_are_followed_from_their_set_up():
