@@ -104,30 +104,3 @@ def test_each_worker_share_is_what_the_readers_file_stage_deals_it(files, pipeli
     got = [worker_share(names, pipelines, 2, i) for i in range(2)]
     assert got == [[f"f{i}" for i in share] for share in shares]
     assert sorted(got[0] + got[1]) == sorted(names)
-
-
-def test_a_server_leaving_on_sigterm_deletes_its_stagers_local_copies(tmp_path):
-    """A tf.data service worker reading ``s3://`` stages shards in a folder of its own; it
-    leaves with ``os._exit`` on SIGTERM, which runs no finalizer, so it deletes them first."""
-    import os
-    import signal
-    import time
-
-    ready = tmp_path / "ready"
-    code = (
-        "from tfrecord_suite.train import service, staging\n"
-        f"config = staging.StageConfig(folder={str(tmp_path)!r}, files=1, part_mb=8, parts=1)\n"
-        "stager = staging.Stager(config)\n"
-        "open(stager.folder + '/copy.tfrecord', 'w').write('a staged shard')\n"
-        f"service._serve_until_signalled('worker', object, ready_file={str(ready)!r})\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    deadline = time.monotonic() + 60
-    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ready.exists(), "the server never said it was ready"
-    staged = [p for p in tmp_path.iterdir() if p.name.startswith("tfrs-stage-")]
-    assert len(staged) == 1 and os.listdir(staged[0]) == ["copy.tfrecord"]
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
-    assert not staged[0].exists()

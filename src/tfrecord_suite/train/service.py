@@ -104,8 +104,7 @@ class WorkerOptions:
 def _serve_until_signalled(what: str, make_server: Any, ready_file: str = "") -> None:
     """Construct a started server, then wait for SIGTERM/SIGINT and leave with ``os._exit``.
 
-    Before leaving it deletes what any stager of this process copied (``os._exit`` runs no
-    finalizer). ``ready_file`` is created once the constructor returned (a worker's has registered).
+    ``ready_file`` is created once the constructor returned (a worker's has registered).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     stop = threading.Event()
@@ -122,9 +121,6 @@ def _serve_until_signalled(what: str, make_server: Any, ready_file: str = "") ->
         with open(ready_file, "w") as fh:
             fh.write(f"{os.getpid()}\n")
     stop.wait()
-    staging = sys.modules.get("tfrecord_suite.train.staging")
-    if staging is not None:  # a worker staging s3:// shards: its local copies
-        staging.close_all()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # no C++ destructor: TF 2.21's can crash; fault-tolerant state is journalled

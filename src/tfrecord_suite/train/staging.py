@@ -188,16 +188,6 @@ def release_idle(seconds: float = IDLE_SECONDS, keep: Stager | None = None) -> N
             stager._give_up_copies()
 
 
-def close_all() -> None:
-    """Close every live stager, deleting its folder.
-
-    For a process about to leave with ``os._exit`` (a tf.data service worker on SIGTERM),
-    which runs no finalizer that would.
-    """
-    for stager in list(_LIVE):
-        stager.close()
-
-
 def _clean_up(jobs: queue.SimpleQueue, threads: int, folder: str) -> None:
     with contextlib.suppress(queue.Empty):
         while True:  # downloads not started yet: cancelled
