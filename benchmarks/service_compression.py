@@ -41,6 +41,8 @@ from typing import Any
 
 import click
 
+from tfrecord_suite.ports import free_ports
+
 _LOG = logging.getLogger(__name__)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "bench")
@@ -48,12 +50,6 @@ MODES = {"AUTO": "AUTO", "None": None}
 SIZE = (224, 224)
 BATCH = 32
 LINKS_GBIT = (10, 25)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class CountingProxy:
@@ -99,10 +95,9 @@ class CountingProxy:
 def service(workers: int, proxied: bool) -> Iterator[tuple[str, list[CountingProxy]]]:
     """A dispatcher and ``workers`` workers as processes; with ``proxied``, behind proxies."""
     work = tempfile.mkdtemp(prefix="tfrs-compression-")  # the servers' ready files
-    ports = [_free_port() for _ in range(workers)]
+    dispatcher, *ports = free_ports(1 + workers)
     proxies = [CountingProxy(p) for p in ports] if proxied else []
     advertised = [f"127.0.0.1:{x.port}" for x in proxies] or [f"127.0.0.1:{p}" for p in ports]
-    dispatcher = _free_port()
     cli = [sys.executable, "-m", "tfrecord_suite.cli", "data-service"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     procs = []

@@ -17,6 +17,7 @@ import pytest
 # the one copy of it is realparts.processes; tests import it from here too
 from realparts.processes import WaitError, wait_for
 from realparts.processes import free_port as free_port
+from realparts.processes import free_ports as free_ports
 
 #: ``make test`` runs the suite on three workers (pytest-xdist, ``--dist loadgroup``). The tests of
 #: one group run on one worker, one after another: those that share what only one process may
@@ -191,7 +192,7 @@ def multi_worker_train(
     import json
     import sys
 
-    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(workers)]}
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
     procs = [
         subprocess.Popen(
             [

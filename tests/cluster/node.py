@@ -38,7 +38,7 @@ from cluster.host import NODE_IP, NODE_NAME
 from realparts import controlplane
 from realparts.certificates import CertificateAuthority, write_pair
 from realparts.parts import ensure_built, versions
-from realparts.processes import free_port
+from realparts.processes import free_ports
 
 #: Processes in the order they start; :func:`down` stops them in reverse.
 PROCESSES = (
@@ -141,9 +141,10 @@ def _kubelet(cluster: Cluster) -> None:
     write_pair(pki, "kubelet-serving", ca.issue(NODE_NAME, hosts=(NODE_IP, NODE_NAME), server=True))
     kubeconfig = _kubeconfig(plane, *client_cert, state / "kubelet.kubeconfig")
     (state / "resolv.conf").write_text("# pods get cluster DNS only (nothing is forwarded)\n")
+    port, healthz_port = free_ports(2)
     config = host.render(
-        Path("kubelet.yaml"), state / "kubelet.yaml", NODE_IP=NODE_IP, PORT=free_port(),
-        HEALTHZ_PORT=free_port(), PKI=pki, CA_FILE=plane.ca_file, STATE=state,
+        Path("kubelet.yaml"), state / "kubelet.yaml", NODE_IP=NODE_IP, PORT=port,
+        HEALTHZ_PORT=healthz_port, PKI=pki, CA_FILE=plane.ca_file, STATE=state,
         CLUSTER_DOMAIN=controlplane.CLUSTER_DOMAIN, DNS_IP=host.DNS_IP,
     )  # fmt: skip
     cluster.spawn(
@@ -176,11 +177,12 @@ def _node_ready(cluster: Cluster) -> bool:
 def _kube_proxy(cluster: Cluster) -> None:
     state, plane = cluster.state, cluster.control_plane
     cert = write_pair(state / "pki", "kube-proxy", _ca(cluster).issue("system:kube-proxy"))
+    healthz_port, metrics_port = free_ports(2)
     config = host.render(
         Path("kube-proxy.yaml"), state / "kube-proxy.yaml",
         KUBECONFIG=_kubeconfig(plane, *cert, state / "kube-proxy.kubeconfig"),
         NODE_NAME=NODE_NAME, POD_CIDR=host.POD_CIDR, NODE_IP=NODE_IP,
-        HEALTHZ_PORT=free_port(), METRICS_PORT=free_port(),
+        HEALTHZ_PORT=healthz_port, METRICS_PORT=metrics_port,
     )  # fmt: skip
     binary = ensure_built("kubernetes-node") / "bin" / "kube-proxy"
     cluster.spawn("kube-proxy", [str(binary), f"--config={config}", "--v=1"], _node_env(state))

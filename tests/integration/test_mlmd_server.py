@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import support
 
-from realparts.processes import WaitError, wait_for
+from realparts.processes import WaitError, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -328,12 +328,6 @@ def test_a_store_that_cannot_be_created_exits_with_its_error(mlmd_python, tmp_pa
     assert proc.returncode == 1
     assert proc.stderr.startswith("mlmd-server: ")
     assert "MetadataStoreService on" not in proc.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

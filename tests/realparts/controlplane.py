@@ -30,7 +30,7 @@ from typing import Any
 from realparts import processes
 from realparts.certificates import CertificateAuthority, new_key, pem_cert, pem_key
 from realparts.parts import part_dir
-from realparts.processes import free_port, wait_for
+from realparts.processes import free_port, free_ports, wait_for
 
 CLUSTER_DOMAIN = "cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -368,7 +368,7 @@ def start(
             }
         )
     )
-    etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
+    etcd_port, etcd_peer, api_port = free_ports(3)
     url = f"https://{address}:{api_port}"
     admin = _client_kubeconfig(
         url, workdir, ca, ca_file, "admin", "tfrs-admin", ("system:masters",)

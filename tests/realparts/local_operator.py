@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from realparts.certificates import CertificateAuthority
-from realparts.processes import free_port
+from realparts.processes import free_ports
 from realparts.standins import (
     JOBSET_FINISHED,
     STAND_IN,
@@ -399,7 +399,7 @@ class LocalOperator:
         count = trainer.get("numNodes") or runtime["spec"].get("mlPolicy", {}).get("numNodes", 1)
         name = job["metadata"]["name"]
         patched = _runtime_patch_labels(job, rjob["name"])
-        ports = [free_port() for _ in range(count)]
+        ports = free_ports(count)
         out = []
         for i in range(count):
             labels = {
@@ -438,8 +438,8 @@ class LocalOperator:
             for i in range(spec.get("replicas", 1))
         ]
         cluster: dict[str, list[str]] = {}
-        for rtype, _, _ in replicas:
-            cluster.setdefault(rtype.lower(), []).append(f"127.0.0.1:{free_port()}")
+        for (rtype, _, _), port in zip(replicas, free_ports(len(replicas)), strict=True):
+            cluster.setdefault(rtype.lower(), []).append(f"127.0.0.1:{port}")
         out = []
         for rtype, i, spec in replicas:
             template = spec["template"]

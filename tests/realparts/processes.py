@@ -7,28 +7,23 @@ they share.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+# the port-picking rule is the product's (its local tf.data service picks ports the same way)
+from tfrecord_suite.ports import free_port as free_port
+from tfrecord_suite.ports import free_ports as free_ports
+
 T = TypeVar("T")
 
 
 class WaitError(RuntimeError):
     """What was waited for did not happen in time, or its process ended first."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on at ``host`` now (the kernel's choice)."""
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _die_with_parent() -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from support import stop_process
 
 from realparts import parts
-from realparts.processes import free_port, log_tail, wait_for
+from realparts.processes import free_ports, log_tail, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACCESS_KEY = "tfrs-test-key"
@@ -116,7 +116,7 @@ def seaweedfs(folder: str, binary: str | None = None, timeout: float = 60.0) -> 
         raise FileNotFoundError("no weed binary: run `make real-parts-s3` (needs Go)")
     os.makedirs(folder, exist_ok=True)
     names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3")
-    ports = {name: free_port() for name in (*names, "s3_grpc")}
+    ports = dict(zip((*names, "s3_grpc"), free_ports(len(names) + 1), strict=True))
     log = os.path.join(folder, "weed.log")
     with open(log, "wb") as out:
         process = subprocess.Popen(

@@ -37,6 +37,7 @@ from typing import Any
 
 from tfrecord_suite import flags
 from tfrecord_suite.errors import UserError
+from tfrecord_suite.ports import free_ports
 from tfrecord_suite.train.served import ShareOptions, stage_share
 
 _LOG = logging.getLogger(__name__)
@@ -250,13 +251,6 @@ def check_files_per_worker(spec: InputService | None, files: int, pipelines: int
         )
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind((LOCAL_HOST, 0))
-        return sock.getsockname()[1]
-
-
 class LocalDataService:
     """A dispatcher and ``workers`` worker processes on this host, supervised.
 
@@ -292,8 +286,7 @@ class LocalDataService:
             raise ValueError(f"{len(self.hosts)} hosts for {workers} workers")
         self._own_dir = None if work_dir else tempfile.TemporaryDirectory(prefix="tfrs-service-")
         self.work_dir = work_dir or self._own_dir.name  # type: ignore[union-attr]
-        self.dispatcher_port = free_port()
-        self.worker_ports = [free_port() for _ in range(workers)]
+        self.dispatcher_port, *self.worker_ports = free_ports(1 + workers, LOCAL_HOST)
         self.stage = stage and dataclasses.replace(
             stage,
             stage_workers=",".join(self.worker_address(i) for i in range(workers)),
