@@ -104,3 +104,22 @@ def test_each_worker_share_is_what_the_readers_file_stage_deals_it(files, pipeli
     got = [worker_share(names, pipelines, 2, i) for i in range(2)]
     assert got == [[f"f{i}" for i in share] for share in shares]
     assert sorted(got[0] + got[1]) == sorted(names)
+
+
+def test_a_server_that_cannot_start_is_named_with_its_logs_end():
+    """A worker whose port is taken exits; the error names it and quotes its log, which is
+    deleted with the service's own folder (the message once pointed at that deleted log)."""
+    import socket
+
+    from tfrecord_suite.train.service import LocalDataService
+
+    service = LocalDataService(workers=1)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", service.worker_ports[0]))
+        taken.listen()
+        with pytest.raises(RuntimeError) as failed:
+            service.start(timeout=120)
+    message = str(failed.value)
+    port = service.worker_ports[0]
+    assert f"worker-0 did not start (exit 2, port {port}); its log ends:\n" in message
+    assert f"tf.data service worker on port {port} did not start" in message  # the worker's own

@@ -312,8 +312,12 @@ class LocalDataService:
         """Worker ``index``'s ``host:port``, as it advertises itself."""
         return f"{self.hosts[index]}:{self.worker_ports[index]}"
 
+    def _log(self, kind: str, port: int | str) -> str:
+        """The log of the ``kind`` server ("dispatcher", "worker") on ``port``."""
+        return os.path.join(self.work_dir, f"{kind}-{port}.log")
+
     def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
-        log = open(os.path.join(self.work_dir, f"{args[0]}-{args[-1]}.log"), "ab")  # noqa: SIM115
+        log = open(self._log(args[0], args[-1]), "ab")  # noqa: SIM115
         with log:
             return subprocess.Popen(
                 [sys.executable, "-m", "tfrecord_suite.cli", "data-service", *args],
@@ -378,11 +382,7 @@ class LocalDataService:
                 time.sleep(0.1)
                 proc = self._procs[name]
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(
-                        f"tf.data service {name} did not start (exit {proc.returncode}); "
-                        f"its log: {os.path.join(self.work_dir, name.split('-')[0])}-*.log"
-                    )
+                    raise self._not_started(name, proc)
         self._supervisor = threading.Thread(target=self._supervise, daemon=True)
         self._supervisor.start()
         _LOG.info(
@@ -392,6 +392,29 @@ class LocalDataService:
             self.work_dir,
         )
         return self
+
+    def _not_started(self, name: str, proc: subprocess.Popen[bytes]) -> RuntimeError:
+        """Stop every process; return the error that says why ``name`` did not start.
+
+        The error quotes the end of its log: a service's own folder, and the log in it, are
+        deleted when it stops.
+        """
+        code = proc.poll()
+        state = f"exit {code}" if code is not None else "not ready in time"
+        port = self.dispatcher_port if name == "dispatcher" else self.worker_ports[int(name[7:])]
+        log = self._log(name.split("-")[0], port)
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(max(0, os.path.getsize(log) - 3000))
+                tail = fh.read().decode(errors="replace").strip()
+        except OSError:
+            tail = ""
+        self.stop()
+        kept = "" if self._own_dir is not None else f"; its log: {log}"
+        return RuntimeError(
+            f"tf.data service {name} did not start ({state}, port {port}){kept}"
+            + (f"; its log ends:\n{tail}" if tail else "")
+        )
 
     def _supervise(self) -> None:
         while not self._stopping.wait(0.5):
