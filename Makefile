@@ -3,16 +3,21 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
 .PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve docs-vendor clean tcmalloc
 .PHONY: real-parts real-parts-runners real-parts-s3
 .PHONY: cluster-deps cluster-parts cluster-up cluster-down test-cluster
 
+# uv installs the pinned packages (pip would resolve to the same pins): from its cache it links
+# them into the environment, where pip unpacks every wheel again (seconds against minutes:
+# docs/how-to/one-node-cluster.md, "In CI"); pip stays in the environment for whoever uses it
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt uv
+	$(UV_INSTALL) -e ".[dev]"
 	-@$(MAKE) --no-print-directory tcmalloc
 	touch $(STAMP)
 
@@ -53,7 +58,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP) real-parts-s3
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
+	$(UV_INSTALL) -e ".[bench]"
 	LD_PRELOAD="$$(test -e $(TCMALLOC) && realpath $(TCMALLOC))" $(BIN)/python -m benchmarks \
 	  --report docs/bench --readme docs/performance.md $(BENCH_ARGS)
 

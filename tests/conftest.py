@@ -29,6 +29,22 @@ from support import (
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-report",
+        metavar="FILE",
+        default="",
+        help="append each test's wall time and CPU-seconds to FILE (tests/cpu_report.py)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("cpu_report"):
+        from cpu_report import CpuReport
+
+        config.pluginmanager.register(CpuReport(config.getoption("cpu_report")), "cpu-report")
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put each test of :data:`XDIST_GROUPS` (and the components' tests) in its group; under
