@@ -25,7 +25,7 @@ pytestmark = pytest.mark.runners
 CLI = [sys.executable, "-m", "tfrecord_suite.cli"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def runner_inputs(tmp_path_factory) -> dict[str, str]:
     """A tiny CSV and a few images: what a runner must get right is not size."""
     from tfrecord_suite import demo_data
@@ -37,9 +37,11 @@ def runner_inputs(tmp_path_factory) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def runners():
-    """Each runner's Beam options; its job server started on first use, stopped at the end.
+    """Each runner's Beam options; its job server started on first use, stopped after this
+    file's last test (an idle Flink or Spark job server, a JVM, keeps using a few percent of a
+    core: not for the rest of the run).
     Where the runners are not built the tests skip and say so; under CI they fail."""
     from realparts import parts
     from realparts.runners import PARTS, runner_args
@@ -77,7 +79,7 @@ def _shard_and_publish(
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def in_process(tmp_path_factory, runner_inputs, runners) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("in-process")
     return {
