@@ -10,9 +10,9 @@ TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 .PHONY: real-parts real-parts-runners real-parts-s3
 .PHONY: cluster-deps cluster-parts cluster-up cluster-down test-cluster
 
-# uv installs the pinned packages (pip would resolve to the same pins): from its cache it links
-# them into the environment, where pip unpacks every wheel again (seconds against minutes:
-# docs/how-to/one-node-cluster.md, "In CI"); pip stays in the environment for whoever uses it
+# uv installs the pinned packages (pip resolves them to the same pins): it links them from its
+# cache into the environment, where pip fetched and unpacked every wheel again (seconds against
+# minutes: docs/how-to/one-node-cluster.md, "In CI"); pip stays there for whoever uses it
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
