@@ -286,7 +286,7 @@ class LocalDataService:
             raise ValueError(f"{len(self.hosts)} hosts for {workers} workers")
         self._own_dir = None if work_dir else tempfile.TemporaryDirectory(prefix="tfrs-service-")
         self.work_dir = work_dir or self._own_dir.name  # type: ignore[union-attr]
-        self.dispatcher_port, *self.worker_ports = free_ports(1 + workers, LOCAL_HOST)
+        self.dispatcher_port, *self.worker_ports = free_ports(1 + workers)
         self.stage = stage and dataclasses.replace(
             stage,
             stage_workers=",".join(self.worker_address(i) for i in range(workers)),
