@@ -48,6 +48,18 @@ def _ids(dataset, take=None, on_batch=None):
 #: documents for clients reading from their local worker only, read from remote workers.
 OTHER_HOSTS = ["127.0.0.2", "127.0.0.3"]
 
+#: The tests that only read through a service share one (a dispatcher and two workers: three
+#: TensorFlow processes, ~20 CPU-s to start), on one pytest-xdist worker. A test that kills a
+#: server, or checks how they exit, starts its own.
+SHARED = pytest.mark.xdist_group("data-service-shared")
+
+
+@pytest.fixture(scope="module")
+def shared_service():
+    with LocalDataService(workers=2, hosts=OTHER_HOSTS) as service:
+        yield service
+    assert service.restarts == 0 and service.dispatcher_restarts == 0
+
 
 def test_workers_on_other_addresses_read_every_record_exactly_once(numbered):
     one_pass = ReaderConfig(batch_size=128, repeat=False)
@@ -61,7 +73,8 @@ def test_workers_on_other_addresses_read_every_record_exactly_once(numbered):
     assert service.exit_codes == {"dispatcher": 0, "worker-0": 0, "worker-1": 0}
 
 
-def test_each_worker_draws_seeds_of_its_own_and_the_same_each_run():
+@SHARED
+def test_each_worker_draws_seeds_of_its_own_and_the_same_each_run(shared_service):
     """One graph runs on every worker; reader.make_dataset seeds each worker's part by the
     worker's index (service.worker_seeded): two workers draw different streams (file order,
     shuffles, crop windows), and the same ones again on the next run."""
@@ -78,8 +91,7 @@ def test_each_worker_draws_seeds_of_its_own_and_the_same_each_run():
             by_seed[int(seed)].append(int(value))
         return dict(by_seed)
 
-    with LocalDataService(workers=2, hosts=OTHER_HOSTS) as service:
-        first, again = drawn(service.address), drawn(service.address)
+    first, again = drawn(shared_service.address), drawn(shared_service.address)
     assert sorted(first) == [42 + 1_000_003, 42 + 2 * 1_000_003]  # worker 0, worker 1
     streams = list(first.values())
     assert streams[0] != streams[1] and first == again
@@ -208,22 +220,26 @@ def test_train_step_trains_through_local_workers(numbered, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_trainer_processes_read_through_one_shared_service(published_digits, tmp_path):
+@SHARED
+def test_two_trainer_processes_read_through_one_shared_service(
+    published_digits, tmp_path, shared_service
+):
     """MultiWorkerMirroredStrategy with two trainer processes (TF_CONFIG on 127.0.0.1), both
     reading through one service of two workers, as trainers on several hosts would read through
     k8s/data-service: each input pipeline's own job over its own files, and they agree."""
-    with LocalDataService(workers=2) as service:
-        outs = multi_worker_train(
-            ["--dataset", published_digits["ref"], "--model-dir", str(tmp_path / "model"),
-             "--epochs", "2", "--batch-size", "16", "--probe-steps", "0",
-             "--input-service", service.address]
-        )  # fmt: skip
-        assert service.restarts == 0
+    service = shared_service.address
+    outs = multi_worker_train(
+        ["--dataset", published_digits["ref"], "--model-dir", str(tmp_path / "model"),
+         "--epochs", "2", "--batch-size", "16", "--probe-steps", "0",
+         "--input-service", service]
+    )  # fmt: skip
+    assert shared_service.restarts == 0
     assert outs[0]["replicas"] == 2 and outs[0]["weights_digest"] == outs[1]["weights_digest"]
-    assert outs[0]["input"]["service"] == {"input_service": service.address}
+    assert outs[0]["input"]["service"] == {"input_service": service}
 
 
-def test_fewer_files_than_workers_fail_the_first_batch_as_documented(tmp_path):
+@SHARED
+def test_fewer_files_than_workers_fail_the_first_batch_as_documented(tmp_path, shared_service):
     """Through grpc:// (no worker count to check against beforehand): one file for two
     workers fails the first batch with TF's FILE-sharding error, as the how-to quotes it."""
     import tensorflow as tf
@@ -234,21 +250,23 @@ def test_fewer_files_than_workers_fail_the_first_batch_as_documented(tmp_path):
                           num_shards=1, splits="train=1"))  # fmt: skip
     registry = Registry(str(tmp_path / "registry"))
     ref = f"{registry.root}/rows@{registry.publish(str(tmp_path / 'staged'), 'rows').version}"
-    with LocalDataService(workers=2) as service:
-        ds = dataset_for_split(ref, "train", ReaderConfig(batch_size=50), service=service.address)
-        with pytest.raises(
-            tf.errors.InvalidArgumentError,
-            match=r"Could not apply FILE based sharding: the dataset only has 1 file\(s\), "
-            r"which is not enough for the required 2 shards/workers",
-        ):
-            next(iter(ds))
+    ds = dataset_for_split(
+        ref, "train", ReaderConfig(batch_size=50), service=shared_service.address
+    )
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"Could not apply FILE based sharding: the dataset only has 1 file\(s\), "
+        r"which is not enough for the required 2 shards/workers",
+    ):
+        next(iter(ds))
 
 
 # ------------------------------------------- shards on s3://, staged by the workers that serve them
 
 
 @pytest.mark.parametrize("pipelines", [1, 2], ids=["one trainer", "two trainers"])
-def test_each_worker_reads_the_share_served_says_it_stages(numbered, pipelines):
+@SHARED
+def test_each_worker_reads_the_share_served_says_it_stages(numbered, pipelines, shared_service):
     """The share a worker stages (served.worker_share) is the share TensorFlow's service deals
     it: the reader's own file stage (its layout and sharding, each trainer's input pipeline a
     job of its own), run on the workers, reports each file with the command line of the worker
@@ -264,16 +282,15 @@ def test_each_worker_reads_the_share_served_says_it_stages(numbered, pipelines):
     files = shard_uris(manifest, reg.version_dir(dataset, version), "train")
     config = ReaderConfig(batch_size=8)
     read_by = collections.defaultdict(set)
-    with LocalDataService(workers=2, hosts=OTHER_HOSTS) as service:
-        addresses = [service.worker_address(i) for i in range(2)]
-        for pipeline in range(pipelines):
-            context = tf.distribute.InputContext(pipelines, pipeline)
-            layout = R._layout(files, config, context, "", True)
-            ds = R._file_stage(files, config, context, True, layout, served=True)
-            ds = ds.map(lambda f: (f, tf.io.read_file("/proc/self/cmdline")))
-            for name, cmdline in distribute(ds, service.address).as_numpy_iterator():
-                argv = cmdline.decode().split("\0")
-                read_by[argv[argv.index("--address") + 1]].add(name.decode())
+    addresses = [shared_service.worker_address(i) for i in range(2)]
+    for pipeline in range(pipelines):
+        context = tf.distribute.InputContext(pipelines, pipeline)
+        layout = R._layout(files, config, context, "", True)
+        ds = R._file_stage(files, config, context, True, layout, served=True)
+        ds = ds.map(lambda f: (f, tf.io.read_file("/proc/self/cmdline")))
+        for name, cmdline in distribute(ds, shared_service.address).as_numpy_iterator():
+            argv = cmdline.decode().split("\0")
+            read_by[argv[argv.index("--address") + 1]].add(name.decode())
     assert {a: sorted(f) for a, f in read_by.items()} == {
         a: sorted(worker_share(files, pipelines, 2, i)) for i, a in enumerate(addresses)
     }
