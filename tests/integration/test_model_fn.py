@@ -67,8 +67,9 @@ def test_model_fn_through_the_cli(published_digits, tmp_path, user_module):
     assert any("user_hidden" in n for n in _layer_names(os.path.join(model_dir, "export")))
 
 
-@pytest.mark.slow
-def test_bad_model_fn_fails_with_one_line_naming_it(published_digits, tmp_path, user_module):
+def test_bad_model_fn_fails_with_one_line_naming_it(tmp_path, user_module):
+    """Before the dataset is read (this one does not exist) and TensorFlow started: a wrong
+    reference costs the user a second, not a data load."""
     for spec, expected in (
         ("my_models", "write module:function"),
         ("no_such_module:build", "cannot import no_such_module"),
@@ -81,7 +82,7 @@ def test_bad_model_fn_fails_with_one_line_naming_it(published_digits, tmp_path, 
                 "tfrecord_suite.cli",
                 "train",
                 "--dataset",
-                published_digits["ref"],
+                str(tmp_path / "registry" / "none@1"),
                 "--model-dir",
                 str(tmp_path / "m"),
                 "--epochs",

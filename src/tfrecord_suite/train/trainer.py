@@ -15,7 +15,7 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfrecord_suite import flags
@@ -24,6 +24,7 @@ from tfrecord_suite.io import storage
 from tfrecord_suite.registry.datasets import resolve_dataset, shard_uri, shard_uris
 from tfrecord_suite.registry.manifest import Manifest
 from tfrecord_suite.schema import Schema
+from tfrecord_suite.train import model_fns
 from tfrecord_suite.train import strategy as strategy_lib
 from tfrecord_suite.train.allocator import allocator_advice
 from tfrecord_suite.train.evaluate import serving_evaluation
@@ -257,8 +258,11 @@ def run_train(config: TrainConfig) -> TrainMetrics:
 
     """
     config.validate()
+    # a user's model factory that cannot be loaded fails in a second, before TensorFlow starts
+    # and the data is read
+    model_fn = model_fns.load_model_fn(config.model_fn) if config.model_fn else None
     with _op_determinism(config.reproducible):
-        return _train(config)
+        return _train(config, model_fn)
 
 
 @contextlib.contextmanager
@@ -280,10 +284,10 @@ def _op_determinism(on: bool) -> Iterator[None]:
             tf_config.disable_op_determinism()
 
 
-def _train(config: TrainConfig) -> TrainMetrics:
-    """:func:`run_train`'s phases, on a validated config."""
+def _train(config: TrainConfig, model_fn: Callable[[Any], Any] | None) -> TrainMetrics:
+    """:func:`run_train`'s phases, on a validated config (``model_fn``: the user's, loaded)."""
     data = _resolve_input(config)
-    built = _build_model(config, data)
+    built = _build_model(config, data, model_fn)
     model_dir = storage.normalize(config.model_dir)
     chief = strategy_lib.is_chief()
     started = time.perf_counter()
@@ -431,17 +435,19 @@ def _resolve_input(config: TrainConfig) -> _Input:
     )
 
 
-def _build_model(config: TrainConfig, data: _Input) -> _Model:
+def _build_model(
+    config: TrainConfig, data: _Input, model_fn: Callable[[Any], Any] | None
+) -> _Model:
     """The user's ``--model-fn`` model, or the built-in one from the feature config (fitted)."""
     import tensorflow as tf
 
-    from tfrecord_suite.train import features, model_fns
+    from tfrecord_suite.train import features
 
     schema, statistics = data.schema, data.statistics
     probe_reader = config.reader_config(config.batch_size)
     feature_config = None
     image = None
-    if not config.model_fn:
+    if model_fn is None:
         feature_config = (
             features.load_feature_config(config.feature_config)
             if config.feature_config
@@ -465,7 +471,7 @@ def _build_model(config: TrainConfig, data: _Input) -> _Model:
     if feature_config is None:
         if schema.source_format != "images":
             ctx.vocabularies = features.vocabularies(data.files["train"], schema, data.compression)
-        build = model_fns.load_model_fn(config.model_fn)
+        build = model_fn
     else:
         fitted = features.fit(
             feature_config, schema, statistics, data.files["train"], data.compression
