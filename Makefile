@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt
+UV_INSTALL := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt
 TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
 .PHONY: venv demo test test-fast lint bench compile components release-files images docs docs-serve docs-vendor clean tcmalloc
@@ -12,7 +12,10 @@ TCMALLOC := $(VENV)/lib/libtcmalloc_minimal.so.4
 
 # uv installs the pinned packages (pip resolves them to the same pins): it links them from its
 # cache into the environment, where pip fetched and unpacked every wheel again (seconds against
-# minutes: docs/how-to/one-node-cluster.md, "In CI"); pip stays there for whoever uses it
+# minutes: docs/how-to/one-node-cluster.md, "In CI"); pip stays there for whoever uses it.
+# --compile-bytecode: pip writes every module's .pyc at install, uv by default does not; where
+# PYTHONDONTWRITEBYTECODE is set (CI's shell sets it) no process writes them either, and every
+# TensorFlow import compiled its thousands of modules again (17 CPU-s against 8: make test 34 min)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
