@@ -3,9 +3,9 @@
 The local tf.data service's processes pick theirs here; the test harness's real parts
 (tests/realparts) and the benchmarks import the same rule.
 
-Ports come from below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``), in turn
-from one cursor every process on the host shares. The kernel's own choice (bind port 0) is in
-that range, and so is every outgoing connection's local port and every server that binds port
+Ports come from below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``) and
+Kubernetes' NodePorts, in turn from one cursor every process on the host shares. The kernel's
+own choice (bind port 0) is in the ephemeral range, and so is every outgoing connection's local port and every server that binds port
 0 (gRPC and Beam servers do): a port chosen there and bound a few seconds later, once the
 server has imported TensorFlow, was taken in between in a CI run ("Failed to add port to
 server ... '0.0.0.0:59803'"). Below the range nothing takes a port by chance, and the shared
@@ -23,6 +23,10 @@ import tempfile
 
 #: The lowest port handed out: below it, fixed ports of common servers (8080, 9000, ...).
 LOWEST_PORT = 10_000
+
+#: Above the ports handed out: Kubernetes' NodePort range (30000-32767) is kube-proxy's on a
+#: node, the one-node cluster's included.
+NODE_PORTS = 30_000
 
 #: Where the shared cursor lives (a decimal port number), under the system's temporary folder;
 #: one per user, who can always write their own.
@@ -57,7 +61,7 @@ def free_ports(count: int) -> list[int]:
     (port 0), with the risk the module's docstring describes.
     """
     first_ephemeral, _ = ephemeral_range()
-    pool = range(LOWEST_PORT, first_ephemeral)
+    pool = range(LOWEST_PORT, min(first_ephemeral, NODE_PORTS))
     with contextlib.ExitStack() as stack:
         sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
         if len(pool) < 1000:
