@@ -5,11 +5,12 @@ The local tf.data service's processes pick theirs here; the test harness's real 
 
 Ports come from below the kernel's ephemeral range (``net.ipv4.ip_local_port_range``) and
 Kubernetes' NodePorts, in turn from one cursor every process on the host shares. The kernel's
-own choice (bind port 0) is in the ephemeral range, and so is every outgoing connection's local port and every server that binds port
-0 (gRPC and Beam servers do): a port chosen there and bound a few seconds later, once the
-server has imported TensorFlow, was taken in between in a CI run ("Failed to add port to
-server ... '0.0.0.0:59803'"). Below the range nothing takes a port by chance, and the shared
-cursor keeps two processes that ask at the same moment from getting the same one.
+own choice (bind port 0) is in the ephemeral range, and so is every outgoing connection's local
+port and every server that binds port 0 (gRPC and Beam servers do): a port chosen there and
+bound a few seconds later, once the server has imported TensorFlow, was taken in between in a
+CI run ("Failed to add port to server ... '0.0.0.0:59803'"). Below the range nothing takes a
+port by chance, and the shared cursor keeps two processes that ask at the same moment from
+getting the same one.
 """
 
 from __future__ import annotations
