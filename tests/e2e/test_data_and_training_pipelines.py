@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from kfp import components
+from component_checks import load as load_component
 
 from tfrecord_suite.pipelines import compiled_path
 from tfrecord_suite.registry.datasets import Registry
@@ -33,6 +33,8 @@ def local_kfp(tmp_path):
 
 
 def _pipeline(name):
+    from kfp import components
+
     return components.load_component_from_file(os.path.join(ROOT, compiled_path(name)))
 
 
@@ -78,9 +80,7 @@ def test_data_then_training_on_stable(tmp_path, penguins_csv, local_kfp):
     )  # fmt: skip
     assert second.outputs["ref"] == f"{registry_root}/penguins@1.1.0"
     assert reg.aliases("penguins") == {"latest": "1.1.0", "stable": "1.0.0"}
-    resolve = components.load_component_from_file(
-        os.path.join(ROOT, "components/data_processing/resolve_dataset/component.yaml")
-    )
+    resolve = load_component("resolve_dataset")
     again = resolve(dataset_ref=f"{registry_root}/penguins@stable")
     assert again.outputs["ref"] == f"{registry_root}/penguins@1.0.0"
 
