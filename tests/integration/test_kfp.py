@@ -329,7 +329,7 @@ class Watched:
         images: Every image a pod of the TrainJob or the service ran.
         step_pod: The pod that owned the run's lease: the train step's.
         policy: The run's service's NetworkPolicy (None: no service).
-        logs: ``pod -> log`` of the service's workers.
+        logs: ``pod -> log`` of the service's workers, the longest read while they lived.
 
     """
 
@@ -370,11 +370,17 @@ def watch(profile: Any, run_id: str, timeout: float = 2400) -> Watched:
             (owner,) = batch.read_namespaced_job(lease_name(job), ns).metadata.owner_references
             seen.step_pod = owner.name
         for pod in served.items:
-            if pod.metadata.labels.get("app.kubernetes.io/component") == "worker":
-                with contextlib.suppress(k8s.exceptions.ApiException):  # not started yet
-                    seen.logs[pod.metadata.name] = core.read_namespaced_pod_log(
-                        pod.metadata.name, ns
-                    )
+            running = any(c.state.running for c in pod.status.container_statuses or [])
+            if (pod.metadata.labels.get("app.kubernetes.io/component") != "worker"
+                    or pod.metadata.deletion_timestamp is not None or not running):  # fmt: skip
+                continue
+            with contextlib.suppress(k8s.exceptions.ApiException):
+                log = core.read_namespaced_pod_log(pod.metadata.name, ns)
+                # a live container's log only grows; a read as the container goes can answer
+                # kubelet's "unable to retrieve container logs for ..." instead (CI, 2026-11-29):
+                # keep what was read before unless this read extends it
+                if log.startswith(seen.logs.get(pod.metadata.name, "")):
+                    seen.logs[pod.metadata.name] = log
         seen.state = kfp_client.get_run(run_id).state
         if seen.state in ("SUCCEEDED", "FAILED", "CANCELED"):
             break
