@@ -1,5 +1,5 @@
-"""Crashes and bad input: a killed shard job reruns to the same bytes; empty and hostile input gets
-one clear error and writes nothing outside the target."""
+"""Crashes and bad input: a killed shard job reruns to the same bytes and its spill folder goes;
+empty and hostile input gets one clear error and writes nothing outside the target."""
 
 import glob
 import json
@@ -49,7 +49,10 @@ def test_killed_shard_job_reruns_to_identical_output(tmp_path):
         "--num-shards",
         "2",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    temp = tmp_path / "temp"  # the job's TMPDIR: where its disk shuffle spills
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     # killed once Beam writes into the job's temporary folder (its beam-temp-* files), well
     # before the shards are moved into place (a fixed sleep lost that race on a fast machine)
     try:
@@ -68,9 +71,12 @@ def test_killed_shard_job_reruns_to_identical_output(tmp_path):
     assert not os.path.exists(
         os.path.join(out, "summary.json")
     )  # incomplete output is visible as such
-    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    (killed_spill,) = temp.glob("tfrs-shuffle-*")  # a copy of the data the job could not remove
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert _shards(out) == _shards(clean)
+    assert f"removed {killed_spill} " in rerun.stderr  # by the next step on the machine
+    assert not list(temp.glob("*shuffle*")), list(temp.iterdir())  # Beam's own temp may stay
 
 
 def test_empty_and_header_only_inputs(tmp_path):

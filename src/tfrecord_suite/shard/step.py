@@ -15,8 +15,6 @@ import hashlib
 import json
 import logging
 import re
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -113,8 +111,9 @@ class ShardConfig:
         gzip: Write GZIP-compressed shards.
         max_bad_fraction: Fail when more than this share of rows is bad (good rows are kept).
         overwrite: Replace existing output.
-        shuffle: How records are grouped into shards: ``disk`` (hash buckets on local disk, so
-            memory stays flat on runners of one machine), ``beam`` (the runner's shuffle:
+        shuffle: How records are grouped into shards: ``disk`` (hash buckets on local disk, in
+            a folder under ``TMPDIR`` with room for the data, so memory stays flat on runners of
+            one machine), ``beam`` (the runner's shuffle:
             Dataflow's, Flink's...) or ``auto`` (disk when the runner's workers run on this
             machine, see :mod:`.runner`; beam otherwise).
             The shards are byte-identical either way.
@@ -322,6 +321,7 @@ class _ShardJob:
     splits: convert.SplitSpec
     temp_dir: str
     spill: Any = None
+    spill_folder: Any = None
 
 
 def run_shard(config: ShardConfig) -> ShardSummary:
@@ -343,8 +343,8 @@ def run_shard(config: ShardConfig) -> ShardSummary:
     try:
         metrics = _run_pipeline(config, job)
     finally:
-        if job.spill is not None:
-            shutil.rmtree(job.spill.dir, ignore_errors=True)
+        if job.spill_folder is not None:
+            job.spill_folder.remove()
     summary = _finalize(config, job, metrics, started)
     _check_bad_rows(config, summary)
     return summary
@@ -388,7 +388,7 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
     job = _ShardJob(list(files), fmt, output, schema, splits, temp_dir)
     if config.uses_disk_shuffle():
-        from tfrecord_suite.shard.spill import bucket_count
+        from tfrecord_suite.shard.spill import SpillFolder, bucket_count
         from tfrecord_suite.shard.transforms import Spill
 
         # serialized examples run ~2-3x their CSV size, and the plan wants ~10 files per reader
@@ -396,7 +396,8 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
         estimated_shards = max(
             32, 3 * sum(f.size for f in files) // int(config.target_shard_mb * plan.MIB)
         )
-        job.spill = Spill(tempfile.mkdtemp(prefix="tfrs-shuffle-"), bucket_count(estimated_shards))
+        job.spill_folder = SpillFolder.create()
+        job.spill = Spill(job.spill_folder.path, bucket_count(estimated_shards))
     return job
 
 
