@@ -1,10 +1,7 @@
-"""The disk-backed shuffle's pieces: buckets nest in shards, flushes and reads round-trip, only
-completed bundles count, and a killed step's spill folder goes with the next step."""
+"""The disk-backed shuffle's pieces: buckets nest in shards, flushes and reads round-trip, and
+only completed bundles count."""
 
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -108,43 +105,3 @@ def test_a_spill_file_that_ends_inside_an_entry_is_an_error(tmp_path):
     path.write_bytes(path.read_bytes()[:-3])
     with pytest.raises(RuntimeError, match="ends inside an entry at byte 0"):
         spill.read_shard(str(tmp_path), [writer.bundle], "train", 0, 0, 1, 1)
-
-
-_HOLD = """
-import sys, time
-from tfrecord_suite.shard.spill import SpillFolder
-folder = SpillFolder.create(sys.argv[1])
-print(folder.path, flush=True)
-time.sleep(600)
-"""
-
-
-def _holder(parent):
-    """A process that made a spill folder in ``parent`` and holds it; its folder."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(parent)], stdout=subprocess.PIPE, text=True
-    )
-    return proc, proc.stdout.readline().strip()
-
-
-def test_a_killed_steps_spill_folder_goes_with_the_next_step_and_a_live_ones_stays(tmp_path):
-    dead, dead_folder = _holder(tmp_path)
-    live, live_folder = _holder(tmp_path)
-    try:
-        with open(os.path.join(dead_folder, "part.rec"), "wb") as fh:
-            fh.write(b"x" * 1000)
-        dead.send_signal(signal.SIGKILL)  # no cleanup of its own
-        dead.wait(timeout=30)
-        assert os.path.isdir(dead_folder)
-        (tmp_path / "tfrs-shuffle-before-locks").mkdir()  # a folder made before locks were kept
-        (tmp_path / "not-a-spill").mkdir()
-        mine = spill.SpillFolder.create(str(tmp_path))
-        assert sorted(os.listdir(tmp_path)) == sorted(
-            ["not-a-spill", os.path.basename(live_folder), os.path.basename(mine.path)]
-        )
-        mine.remove()
-        assert sorted(os.listdir(tmp_path)) == ["not-a-spill", os.path.basename(live_folder)]
-    finally:
-        live.kill()
-        live.wait(timeout=30)
-    assert spill.sweep(str(tmp_path)) == [live_folder]  # its process is gone now

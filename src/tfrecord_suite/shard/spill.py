@@ -18,19 +18,14 @@ become are checksummed), and a file that ends inside an entry is an error, never
 
 The spill folder holds a copy of the whole dataset while the step runs. A step that is killed
 (SIGKILL, the OOM killer, a machine's reboot with a persistent temp folder) cannot remove its own,
-so each holds a lock on its folder for its life (:class:`SpillFolder`), and the next step on the
-machine removes every folder whose lock no process holds.
+so each holds its folder (:class:`tfrecord_suite.io.held_folders.HeldFolder`), and the next step
+on the machine removes every spill folder no live process holds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import logging
 import os
-import shutil
 import struct
-import tempfile
 import uuid
 from collections.abc import Sequence
 
@@ -40,99 +35,14 @@ from tfrecord_suite.shard import convert
 from tfrecord_suite.shard.kernels import records as record_loops
 from tfrecord_suite.shard.records import Records
 
-_LOG = logging.getLogger(__name__)
-
-#: The spill folders' name prefix, in the system's temporary folder (``TMPDIR``).
+#: The spill folders' name prefix (:class:`tfrecord_suite.io.held_folders.HeldFolder`).
 SPILL_PREFIX = "tfrs-shuffle-"
-_LOCK_FILE = ".owner.lock"
 #: Bytes of converted records buffered in memory by one writer before they are appended to disk.
 FLUSH_BYTES = 32 * 1024 * 1024
 MAX_BUCKETS = 1024
 _DIGEST = 16  # bytes of a record's hash (convert.key_digest)
 _LENGTH = struct.Struct("<I")  # an entry: the record's length, its hash, the record
 _HEADER = _LENGTH.size + _DIGEST
-
-
-class SpillFolder:
-    """A spill folder this process holds until :meth:`remove`, and the sweep of abandoned ones.
-
-    The folder is made under a name no sweep matches, its lock file is created and locked
-    (``flock``: the kernel drops it when the process dies, whatever kills it), and only then is it
-    renamed to :data:`SPILL_PREFIX`: every folder of that name whose lock can be taken, or that
-    has no lock file (made before locks were kept), belongs to no live step.
-
-    Attributes:
-        path: The folder.
-
-    """
-
-    def __init__(self, path: str, lock: int):
-        self.path = path
-        self._lock = lock
-
-    @classmethod
-    def create(cls, parent: str | None = None) -> SpillFolder:
-        """Remove the abandoned spill folders in ``parent``, then make and hold a new one.
-
-        Args:
-            parent: Where (default: the system's temporary folder).
-
-        """
-        parent = parent or tempfile.gettempdir()
-        sweep(parent)
-        making = tempfile.mkdtemp(prefix=f".{SPILL_PREFIX}new-", dir=parent)
-        lock = os.open(os.path.join(making, _LOCK_FILE), os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        path = os.path.join(parent, SPILL_PREFIX + os.path.basename(making).rsplit("-", 1)[1])
-        os.rename(making, path)
-        return cls(path, lock)
-
-    def remove(self) -> None:
-        """Delete the folder, then let go of its lock."""
-        shutil.rmtree(self.path, ignore_errors=True)
-        os.close(self._lock)
-
-
-def sweep(parent: str) -> list[str]:
-    """Remove the spill folders in ``parent`` that no live process holds; their paths.
-
-    A folder another user owns, or one that cannot be read, is left alone.
-    """
-    removed = []
-    for name in sorted(os.listdir(parent)):
-        path = os.path.join(parent, name)
-        if not name.startswith(SPILL_PREFIX) or not os.path.isdir(path):
-            continue
-        try:
-            lock = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR)
-        except FileNotFoundError:
-            lock = None
-        except OSError:
-            continue
-        try:
-            if lock is not None:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:  # a live step holds it
-                    continue
-            size = sum(
-                os.path.getsize(os.path.join(folder, f))
-                for folder, _, files in os.walk(path)
-                for f in files
-            )
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-            _LOG.warning(
-                "removed %s (%.1f MB): the spill folder of a shard step that ended without "
-                "removing it (killed?)",
-                path,
-                size / 1e6,
-            )
-        finally:
-            if lock is not None:
-                with contextlib.suppress(OSError):
-                    os.close(lock)
-    return removed
 
 
 def bucket_count(estimated_shards: int) -> int:

@@ -388,7 +388,8 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
     _LOG.info("sharding %d %s file(s) from %s into %s", len(files), fmt, config.input, output)
     job = _ShardJob(list(files), fmt, output, schema, splits, temp_dir)
     if config.uses_disk_shuffle():
-        from tfrecord_suite.shard.spill import SpillFolder, bucket_count
+        from tfrecord_suite.io.held_folders import HeldFolder
+        from tfrecord_suite.shard.spill import SPILL_PREFIX, bucket_count
         from tfrecord_suite.shard.transforms import Spill
 
         # serialized examples run ~2-3x their CSV size, and the plan wants ~10 files per reader
@@ -396,7 +397,7 @@ def _plan_job(config: ShardConfig) -> _ShardJob:
         estimated_shards = max(
             32, 3 * sum(f.size for f in files) // int(config.target_shard_mb * plan.MIB)
         )
-        job.spill_folder = SpillFolder.create()
+        job.spill_folder = HeldFolder.create(SPILL_PREFIX)
         job.spill = Spill(job.spill_folder.path, bucket_count(estimated_shards))
     return job
 

@@ -22,7 +22,8 @@ An input abandoned before its end (``take``, an early stop) leaves no copy behin
 stager that nothing has called for :data:`IDLE_SECONDS` gives up its copies as soon as another
 one starts a download (a copy already opened stays readable until closed, and one not yet
 handed out is fetched again if it is ever asked for), and the folder goes with the stager or the
-process.
+process; a killed process's folder goes with the next stager made in the same place
+(:mod:`tfrecord_suite.io.held_folders`).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ import itertools
 import logging
 import os
 import queue
-import shutil
-import tempfile
 import threading
 import time
 import weakref
@@ -42,8 +41,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from tfrecord_suite.io import storage
+from tfrecord_suite.io.held_folders import HeldFolder
 
 _LOG = logging.getLogger(__name__)
+#: The stagers' folders' name prefix (:class:`~tfrecord_suite.io.held_folders.HeldFolder`).
+STAGE_PREFIX = "tfrs-stage-"
 #: A stager nothing called for this long gives up its copies when another one needs the disk.
 IDLE_SECONDS = 30.0
 _LIVE: weakref.WeakSet[Stager] = weakref.WeakSet()
@@ -79,7 +81,8 @@ class Stager:
 
     def __init__(self, config: StageConfig):
         self.config = config
-        self.folder = tempfile.mkdtemp(prefix="tfrs-stage-", dir=config.folder or None)
+        held = HeldFolder.create(STAGE_PREFIX, config.folder or None)
+        self.folder = held.path
         # daemon threads of its own, not a ThreadPoolExecutor: the interpreter joins those at
         # exit, and a download staged ahead for an input nobody reads any more would hold the
         # exit of a finished training job
@@ -95,7 +98,7 @@ class Stager:
         #: again after they were given up.
         self.stats = {"staged": 0, "bytes": 0, "wait_s": 0.0, "fetched_again": 0}
         self._used = time.monotonic()
-        weakref.finalize(self, _clean_up, self._queue, config.files, self.folder)
+        weakref.finalize(self, _clean_up, self._queue, config.files, held)
         _LIVE.add(self)
 
     def start(self, uri: bytes | str) -> int:
@@ -188,7 +191,7 @@ def release_idle(seconds: float = IDLE_SECONDS, keep: Stager | None = None) -> N
             stager._give_up_copies()
 
 
-def _clean_up(jobs: queue.SimpleQueue, threads: int, folder: str) -> None:
+def _clean_up(jobs: queue.SimpleQueue, threads: int, folder: HeldFolder) -> None:
     with contextlib.suppress(queue.Empty):
         while True:  # downloads not started yet: cancelled
             job = jobs.get_nowait()
@@ -196,7 +199,7 @@ def _clean_up(jobs: queue.SimpleQueue, threads: int, folder: str) -> None:
                 job[0].cancel()
     for _ in range(threads):
         jobs.put(None)
-    shutil.rmtree(folder, ignore_errors=True)
+    folder.remove()
 
 
 def staged_files(files: Any, stager: Stager, ahead: int) -> Any:

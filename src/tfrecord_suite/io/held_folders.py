@@ -1,0 +1,107 @@
+"""Private local folders a process holds while it lives, and the sweep of those it left behind.
+
+The shard step's disk shuffle holds a copy of the whole dataset under ``TMPDIR``, and training's
+stager the shards in flight. A process that is killed (SIGKILL, the OOM killer, a reboot with a
+persistent temporary folder) cannot remove its folder, so each holds a lock on its own for its
+life (``flock``: the kernel drops it when the process dies, whatever kills it), and the next
+process to make one with the same prefix in the same place removes every folder whose lock no
+process holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+
+_LOG = logging.getLogger(__name__)
+#: The lock file inside each held folder (the rest of the folder is its user's).
+LOCK_FILE = ".owner.lock"
+
+
+class HeldFolder:
+    """A folder this process holds until :meth:`remove` (or its end).
+
+    The folder is made under a name no sweep matches (a dot before ``prefix``), its lock file is
+    created and locked, and only then is it renamed to ``prefix`` and a random suffix: so every
+    folder of that name whose lock can be taken, or that has no lock file (made before locks were
+    kept), belongs to no live process.
+
+    Attributes:
+        path: The folder.
+
+    """
+
+    def __init__(self, path: str, lock: int):
+        self.path = path
+        self._lock = lock
+
+    @classmethod
+    def create(cls, prefix: str, parent: str | None = None) -> HeldFolder:
+        """Remove the abandoned ``prefix`` folders in ``parent``, then make and hold a new one.
+
+        Args:
+            prefix: The folders' name prefix, e.g. ``tfrs-shuffle-`` (no ``-`` after it).
+            parent: Where (default: the system's temporary folder, ``TMPDIR``).
+
+        """
+        parent = parent or tempfile.gettempdir()
+        sweep(parent, prefix)
+        making = tempfile.mkdtemp(prefix=f".{prefix}new-", dir=parent)
+        lock = os.open(os.path.join(making, LOCK_FILE), os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # mkdtemp's suffix has no "-": the last one is the one before it
+        path = os.path.join(parent, prefix + os.path.basename(making).rsplit("-", 1)[1])
+        os.rename(making, path)
+        return cls(path, lock)
+
+    def remove(self) -> None:
+        """Delete the folder, then let go of its lock (twice is harmless)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+
+def sweep(parent: str, prefix: str) -> list[str]:
+    """Remove the ``prefix`` folders in ``parent`` that no live process holds; their paths.
+
+    A folder another user owns, or whose lock file cannot be opened, is left alone.
+    """
+    removed = []
+    for name in sorted(os.listdir(parent)):
+        path = os.path.join(parent, name)
+        if not name.startswith(prefix) or not os.path.isdir(path):
+            continue
+        try:
+            lock = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR)
+        except FileNotFoundError:
+            lock = -1
+        except OSError:
+            continue
+        try:
+            if lock >= 0:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # a live process holds it
+                    continue
+            size = sum(
+                os.path.getsize(os.path.join(folder, f))
+                for folder, _, files in os.walk(path)
+                for f in files
+            )
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            _LOG.warning(
+                "removed %s (%.1f MB), left by a process that ended without removing it (killed?)",
+                path,
+                size / 1e6,
+            )
+        finally:
+            if lock >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(lock)
+    return removed
