@@ -63,3 +63,27 @@ def test_a_stager_made_where_a_killed_trainer_staged_removes_its_copies(tmp_path
     folder = stager.folder
     del stager
     assert not os.path.exists(folder)
+
+
+_CHURN = """
+import os, sys, time
+from tfrecord_suite.io.held_folders import HeldFolder
+for i in range(20):
+    folder = HeldFolder.create("tfrs-test-", sys.argv[1])
+    with open(os.path.join(folder.path, "data"), "wb") as fh:
+        fh.write(b"x")
+    time.sleep(0.01)
+    assert open(os.path.join(folder.path, "data"), "rb").read() == b"x", folder.path
+    folder.remove()
+"""
+
+
+def test_processes_making_and_sweeping_at_once_never_remove_a_live_folder(tmp_path):
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _CHURN, str(tmp_path)], stderr=subprocess.PIPE)
+        for _ in range(6)
+    ]
+    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, errors
+    assert "removed" not in "".join(errors)  # no sweep took a folder its holder was using
+    assert os.listdir(tmp_path) == []

@@ -88,11 +88,9 @@ def sweep(parent: str, prefix: str) -> list[str]:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:  # a live process holds it
                     continue
-            size = sum(
-                os.path.getsize(os.path.join(folder, f))
-                for folder, _, files in os.walk(path)
-                for f in files
-            )
+            if not os.path.isdir(path):  # its holder removed it (then let go) meanwhile
+                continue
+            size = _size(path)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
             _LOG.warning(
@@ -105,3 +103,13 @@ def sweep(parent: str, prefix: str) -> list[str]:
                 with contextlib.suppress(OSError):
                     os.close(lock)
     return removed
+
+
+def _size(path: str) -> int:
+    """Bytes of the files under ``path`` (what another sweep removes meanwhile counts 0)."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(folder, name))
+    return total
