@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 from tfrecord_suite.io import held_folders
-from tfrecord_suite.io.held_folders import HeldFolder
+from tfrecord_suite.io.held_folders import LOCK_FILE, HeldFolder
 
 _HOLD = """
 import sys, time
-from tfrecord_suite.io.held_folders import HeldFolder
+from tfrecord_suite.io.held_folders import LOCK_FILE, HeldFolder
 folder = HeldFolder.create("tfrs-test-", sys.argv[1])
 print(folder.path, flush=True)
 time.sleep(600)
@@ -67,8 +67,8 @@ def test_a_stager_made_where_a_killed_trainer_staged_removes_its_copies(tmp_path
 
 _CHURN = """
 import os, sys, time
-from tfrecord_suite.io.held_folders import HeldFolder
-for i in range(20):
+from tfrecord_suite.io.held_folders import LOCK_FILE, HeldFolder
+for i in range(50):
     folder = HeldFolder.create("tfrs-test-", sys.argv[1])
     with open(os.path.join(folder.path, "data"), "wb") as fh:
         fh.write(b"x")
@@ -86,4 +86,20 @@ def test_processes_making_and_sweeping_at_once_never_remove_a_live_folder(tmp_pa
     errors = [p.communicate(timeout=120)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, errors
     assert "removed" not in "".join(errors)  # no sweep took a folder its holder was using
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_sweep_while_its_holder_removes_a_folder_leaves_that_to_the_holder(tmp_path, monkeypatch):
+    folder = HeldFolder.create("tfrs-test-", str(tmp_path))
+    real_rmtree = held_folders.shutil.rmtree
+    swept = []
+
+    def rmtree_with_a_sweep_midway(path, **kwargs):
+        os.remove(os.path.join(path, LOCK_FILE))  # rmtree may delete the lock file first
+        swept.extend(held_folders.sweep(str(tmp_path), "tfrs-test-"))  # another process's sweep
+        real_rmtree(path, **kwargs)
+
+    monkeypatch.setattr(held_folders.shutil, "rmtree", rmtree_with_a_sweep_midway)
+    folder.remove()
+    assert swept == []  # not taken for a folder made before locks were kept
     assert os.listdir(tmp_path) == []

@@ -59,8 +59,17 @@ class HeldFolder:
         return cls(path, lock)
 
     def remove(self) -> None:
-        """Delete the folder, then let go of its lock (twice is harmless)."""
-        shutil.rmtree(self.path, ignore_errors=True)
+        """Delete the folder, then let go of its lock (twice is harmless).
+
+        The folder first leaves its name for a dot-name no sweep matches: deleting it where it
+        is would, for a moment, leave a folder of that name without its lock file, which a sweep
+        running then takes for one made before locks were kept.
+        """
+        if self._lock >= 0 and os.path.isdir(self.path):
+            parent, name = os.path.split(self.path)
+            going = os.path.join(parent, f".{name}-removing")
+            os.rename(self.path, going)
+            shutil.rmtree(going, ignore_errors=True)
         if self._lock >= 0:
             os.close(self._lock)
             self._lock = -1
