@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tfrecord_suite.io import held_folders
 from tfrecord_suite.io.held_folders import LOCK_FILE, HeldFolder
 
@@ -89,17 +91,43 @@ def test_processes_making_and_sweeping_at_once_never_remove_a_live_folder(tmp_pa
     assert os.listdir(tmp_path) == []
 
 
-def test_a_sweep_while_its_holder_removes_a_folder_leaves_that_to_the_holder(tmp_path, monkeypatch):
+@pytest.mark.parametrize("lock_file_gone", [False, True], ids=["lock-file-there", "lock-file-gone"])
+def test_a_sweep_while_its_holder_removes_a_folder_leaves_that_to_the_holder(
+    tmp_path, monkeypatch, lock_file_gone
+):
     folder = HeldFolder.create("tfrs-test-", str(tmp_path))
+    os.mkdir(os.path.join(folder.path, "bucket-0"))
     real_rmtree = held_folders.shutil.rmtree
     swept = []
 
     def rmtree_with_a_sweep_midway(path, **kwargs):
-        os.remove(os.path.join(path, LOCK_FILE))  # rmtree may delete the lock file first
+        if lock_file_gone and os.path.exists(os.path.join(path, LOCK_FILE)):
+            os.remove(os.path.join(path, LOCK_FILE))  # as the holder's last step
         swept.extend(held_folders.sweep(str(tmp_path), "tfrs-test-"))  # another process's sweep
         real_rmtree(path, **kwargs)
 
     monkeypatch.setattr(held_folders.shutil, "rmtree", rmtree_with_a_sweep_midway)
     folder.remove()
-    assert swept == []  # not taken for a folder made before locks were kept
+    assert swept == []  # neither taken for a folder made before locks nor for a killed holder's
+    assert os.listdir(tmp_path) == []
+
+
+_KILLED_WHILE_REMOVING = """
+import os, signal, sys
+from tfrecord_suite.io import held_folders
+folder = held_folders.HeldFolder.create("tfrs-test-", sys.argv[1])
+os.mkdir(os.path.join(folder.path, "bucket-0"))
+with open(os.path.join(folder.path, "bucket-0", "part"), "wb") as fh:
+    fh.write(b"x" * 1000)
+held_folders.shutil.rmtree = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+folder.remove()
+"""
+
+
+def test_a_folder_whose_holder_was_killed_while_removing_it_goes_with_the_next_sweep(tmp_path):
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WHILE_REMOVING, str(tmp_path)])
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = os.listdir(tmp_path)
+    assert left.startswith(".tfrs-test-") and left.endswith("-removing")
+    assert held_folders.sweep(str(tmp_path), "tfrs-test-") == [str(tmp_path / left)]
     assert os.listdir(tmp_path) == []

@@ -20,6 +20,8 @@ import tempfile
 _LOG = logging.getLogger(__name__)
 #: The lock file inside each held folder (the rest of the folder is its user's).
 LOCK_FILE = ".owner.lock"
+#: The end of a held folder's dot-name while its holder removes it.
+_REMOVING = "-removing"
 
 
 class HeldFolder:
@@ -61,14 +63,25 @@ class HeldFolder:
     def remove(self) -> None:
         """Delete the folder, then let go of its lock (twice is harmless).
 
-        The folder first leaves its name for a dot-name no sweep matches: deleting it where it
-        is would, for a moment, leave a folder of that name without its lock file, which a sweep
-        running then takes for one made before locks were kept.
+        The folder first leaves its name for a dot-name that sweeps match only while its lock
+        can be taken (deleting it where it is would, for a moment, leave a folder of that name
+        without its lock file: a sweep running then would take it for one made before locks were
+        kept), and its lock file goes last: so a process killed while it removes its folder
+        leaves a folder the next sweep removes.
         """
         if self._lock >= 0 and os.path.isdir(self.path):
             parent, name = os.path.split(self.path)
-            going = os.path.join(parent, f".{name}-removing")
+            going = os.path.join(parent, f".{name}{_REMOVING}")
             os.rename(self.path, going)
+            with os.scandir(going) as entries:
+                for entry in entries:
+                    if entry.name == LOCK_FILE:
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.remove(entry.path)
             shutil.rmtree(going, ignore_errors=True)
         if self._lock >= 0:
             os.close(self._lock)
@@ -78,16 +91,20 @@ class HeldFolder:
 def sweep(parent: str, prefix: str) -> list[str]:
     """Remove the ``prefix`` folders in ``parent`` that no live process holds; their paths.
 
-    A folder another user owns, or whose lock file cannot be opened, is left alone.
+    That includes those whose holder was killed while it removed them. A folder another user
+    owns, or whose lock file cannot be opened, is left alone.
     """
     removed = []
     for name in sorted(os.listdir(parent)):
         path = os.path.join(parent, name)
-        if not name.startswith(prefix) or not os.path.isdir(path):
+        being_removed = name.startswith(f".{prefix}") and name.endswith(_REMOVING)
+        if not (name.startswith(prefix) or being_removed) or not os.path.isdir(path):
             continue
         try:
             lock = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR)
         except FileNotFoundError:
+            if being_removed:  # its holder's last step (its lock file goes last), or gone there
+                continue
             lock = -1
         except OSError:
             continue
