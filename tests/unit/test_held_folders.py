@@ -13,7 +13,7 @@ from tfrecord_suite.io.held_folders import LOCK_FILE, HeldFolder
 
 _HOLD = """
 import sys, time
-from tfrecord_suite.io.held_folders import LOCK_FILE, HeldFolder
+from tfrecord_suite.io.held_folders import HeldFolder
 folder = HeldFolder.create("tfrs-test-", sys.argv[1])
 print(folder.path, flush=True)
 time.sleep(600)
@@ -69,7 +69,7 @@ def test_a_stager_made_where_a_killed_trainer_staged_removes_its_copies(tmp_path
 
 _CHURN = """
 import os, sys, time
-from tfrecord_suite.io.held_folders import LOCK_FILE, HeldFolder
+from tfrecord_suite.io.held_folders import HeldFolder
 for i in range(50):
     folder = HeldFolder.create("tfrs-test-", sys.argv[1])
     with open(os.path.join(folder.path, "data"), "wb") as fh:

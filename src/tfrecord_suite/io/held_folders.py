@@ -69,7 +69,9 @@ class HeldFolder:
         kept), and its lock file goes last: so a process killed while it removes its folder
         leaves a folder the next sweep removes.
         """
-        if self._lock >= 0 and os.path.isdir(self.path):
+        if self._lock < 0:
+            return
+        if os.path.isdir(self.path):
             parent, name = os.path.split(self.path)
             going = os.path.join(parent, f".{name}{_REMOVING}")
             os.rename(self.path, going)
@@ -83,9 +85,8 @@ class HeldFolder:
                         with contextlib.suppress(OSError):
                             os.remove(entry.path)
             shutil.rmtree(going, ignore_errors=True)
-        if self._lock >= 0:
-            os.close(self._lock)
-            self._lock = -1
+        os.close(self._lock)
+        self._lock = -1
 
 
 def sweep(parent: str, prefix: str) -> list[str]:
