@@ -6,14 +6,17 @@ on. You may see slightly different numerical results..." (once per shared librar
 file descriptor 2, so ``TF_CPP_MIN_LOG_LEVEL`` cannot hold them back; only
 ``TF_ENABLE_ONEDNN_OPTS=0`` would, which changes the numerics and the speed. :func:`install`
 makes the process's first ``import tensorflow`` write its stderr to a temporary file and copy
-back every line but those (:data:`NOISE`). The entry points a user runs install it (the CLI, the
-components' tasks); importing the package does not.
+back every line but those (:data:`NOISE`), and makes the process remove at exit the bytecode of
+the modules TensorFlow's AutoGraph wrote (:func:`remove_autograph_bytecode`). The entry points a
+user runs install it (the CLI, the components' tasks); importing the package does not.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.abc
+import importlib.util
 import os
 import re
 import sys
@@ -27,6 +30,8 @@ NOISE = re.compile(
     rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     rb"|I\d{4} [\d:.]+ +\d+ port\.cc:\d+\] oneDNN custom operations are on\. .*"
 )
+#: The name AutoGraph gives each module it writes to the temporary folder, before a random part.
+AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"
 
 
 @contextlib.contextmanager
@@ -104,8 +109,34 @@ class _QuietTensorFlow(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
 
+def remove_autograph_bytecode() -> None:
+    """Delete the bytecode of every AutoGraph module this process imported.
+
+    AutoGraph writes each function it converts as a module in the temporary folder and deletes
+    that ``.py`` at exit, but importing it wrote its ``.pyc`` into ``__pycache__`` there (unless
+    ``PYTHONDONTWRITEBYTECODE``): every training run left files in ``TMPDIR`` for good. A
+    ``__pycache__`` that this leaves empty goes too (another process's files stay).
+    """
+    folders = set()
+    for name, module in list(sys.modules.items()):
+        source = getattr(module, "__file__", None)
+        if not name.startswith(AUTOGRAPH_MODULE_PREFIX) or not source:
+            continue
+        cached = importlib.util.cache_from_source(source)
+        with contextlib.suppress(OSError):
+            os.remove(cached)
+            folders.add(os.path.dirname(cached))
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # only when empty
+
+
 def install() -> None:
-    """Wrap the process's first ``import tensorflow`` (nothing if it was imported already)."""
+    """Wrap the process's first ``import tensorflow``, and remove AutoGraph's bytecode at exit.
+
+    Nothing if TensorFlow was imported already.
+    """
     if "tensorflow" in sys.modules or any(isinstance(f, _QuietTensorFlow) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _QuietTensorFlow())
+    atexit.register(remove_autograph_bytecode)

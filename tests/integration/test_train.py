@@ -62,6 +62,37 @@ def test_tensorflows_import_noise_is_dropped_where_the_entry_points_install_it()
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
 
 
+def test_autographs_bytecode_leaves_the_temporary_folder_with_the_process(tmp_path):
+    """AutoGraph imports each function it converts from a module it writes to TMPDIR; with
+    bytecode written (Python's default: PYTHONDONTWRITEBYTECODE unset, as CI's shell sets it),
+    that import leaves a ``.pyc`` there, which the entry points' tf_import.install removes."""
+    code = (
+        "import sys\n"
+        "if sys.argv[1] == 'installed':\n"
+        "    from tfrecord_suite import tf_import; tf_import.install()\n"
+        "import tensorflow as tf\n"
+        "@tf.function\n"
+        "def f(x):\n"
+        "    if tf.reduce_sum(x) > 0:\n"
+        "        x += 1\n"
+        "    return x\n"
+        "assert f(tf.constant([1])).numpy().tolist() == [2]\n"
+    )
+    script = tmp_path / "convert.py"  # AutoGraph reads the function's source: not from -c
+    script.write_text(code)
+    left = {}
+    for how in ("plain", "installed"):
+        temp = tmp_path / how
+        temp.mkdir()
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        run = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True,
+                             timeout=120, env={**env, "TMPDIR": str(temp)})  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+        left[how] = sorted(str(p.relative_to(temp)) for p in temp.rglob("*"))
+    assert any(p.endswith(".pyc") for p in left["plain"]), left  # what install removes
+    assert left["installed"] == []
+
+
 def test_trains_beats_baseline_and_serves_raw_examples(published_digits, tmp_path):
     import numpy as np
     import tensorflow as tf
