@@ -234,7 +234,7 @@ def test_reader_stages_s3_shards_and_deletes_each_copy_once_read(tmp_path, s3_bu
     assert wait_for(copies, what="a copy staged ahead")  # or being read
 
     def downloading():  # a download's temporary file, not yet a copy
-        return [p for p in copies() if p.name.startswith(".tmp-")]
+        return [p for p in copies() if p.name.startswith(storage.TEMP_PREFIX)]
 
     # release_idle gives up complete copies only, so the downloads still running are let
     # finish first (on a loaded machine the stager was still at one after a second: CI at

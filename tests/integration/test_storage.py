@@ -36,7 +36,7 @@ def test_local_create_if_absent_has_one_winner(tmp_path):
             f.result()
     assert len(wins) == 1
     assert storage.read_text(target) == f"writer {wins[0]}"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(storage.TEMP_PREFIX)]
 
 
 def test_local_compare_and_swap_never_loses_a_write(tmp_path):

@@ -100,6 +100,7 @@ LOCAL = local.Local()
 
 GCS_PREFIX = gcs.PREFIX
 S3_PREFIX = s3.PREFIX
+TEMP_PREFIX = local.TEMP_PREFIX
 S3_ENDPOINT_ENV = s3.ENDPOINT_ENV
 gcs_client = gcs.client
 reset_gcs_client = gcs.reset_client
@@ -414,7 +415,7 @@ def download(uri: str, path: str, concurrency: int = 8, chunk_mb: int = 8) -> No
     Not counted by :func:`bytes_copied` (a download is a read).
     """
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path) or ".", f".tmp-{uuid.uuid4().hex}")
+    tmp = os.path.join(os.path.dirname(path) or ".", f"{TEMP_PREFIX}{uuid.uuid4().hex}")
     try:
         backend_for(uri).download(uri, tmp, concurrency, chunk_mb)
         os.replace(tmp, path)

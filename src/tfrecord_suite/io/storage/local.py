@@ -21,6 +21,10 @@ from typing import IO
 
 from tfrecord_suite.io.storage.backend import Backend, FileInfo, lost
 
+#: Name prefix of a write's (or a download's) temporary file beside its target, hidden from
+#: listings until it is renamed into place.
+TEMP_PREFIX = ".tmp-"
+
 
 class Local(Backend):
     """Paths on this machine's filesystems."""
@@ -158,7 +162,7 @@ class Local(Backend):
 
 def _atomic_write(path: str, data: bytes, replace: bool) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path) or ".")
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=os.path.dirname(path) or ".")
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; published files are meant to be shared
         with os.fdopen(fd, "wb") as fh:
